@@ -1,0 +1,45 @@
+# Front door of the vLLM 0.26.0 fork.  `make install` then `make test` work on
+# a fresh machine with python3 (3.11+), git and network access to PyPI.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: help venv install test test-tools test-fork patches check status clean
+
+help:
+	@echo "make install   build the fork wheel from the pinned upstream wheel and install it into $(VENV)"
+	@echo "make test      the whole CPU test suite (tool tests + fork tests + upstream regression)"
+	@echo "make patches   materialize the fork tree and export dist/patches/v0.26.0/NNNN-*.patch"
+	@echo "make check     series applies exactly, is canonical, passes upstream's lint"
+	@echo "make status    the series and the installed version"
+
+$(VENV)/.ready: requirements/fork-test.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -r requirements/fork-test.txt -e .
+	touch $@
+
+venv: $(VENV)/.ready
+
+install: venv
+	$(PY) -m forktool install
+
+test: install test-tools test-fork
+
+test-tools: venv
+	$(PY) -m pytest -q -p no:cacheprovider forktool/tests
+
+test-fork: venv
+	$(PY) -m forktool test
+
+patches: venv
+	$(PY) -m forktool materialize
+	$(PY) -m forktool export
+
+check: venv
+	$(PY) -m forktool check
+
+status: venv
+	$(PY) -m forktool status
+
+clean:
+	rm -rf build dist

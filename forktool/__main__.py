@@ -1,0 +1,245 @@
+"""Command line of the fork tool: ``python -m forktool <command>``.
+
+materialize  pinned sdist + series -> git repo (build/vllm-fork)
+save         commits of that repo -> patches/ + added files (gbp pq export)
+export       series -> dist/patches/v0.26.0/NNNN-*.patch (git format-patch)
+build        fork wheel from upstream's pinned wheel -> dist/
+install      build, then pip install the fork wheel into this Python
+check        series canonical + applies exactly + upstream's lint passes
+table        rewrite the commit table of PATCHES.md
+status       print the series and what is installed
+test         run the CPU suite (forktool/cpu_suite.txt) against the
+             installed fork, from a copy of the fork tree's tests/
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from . import gitops
+from .check import run_check
+from .errors import ForkError
+from .series import read_series
+from .table import write_table
+from .upstream import fetch_sdist, fetch_wheel, read_pin
+from .wheel import build_wheel, fork_version
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _tree(args) -> Path:
+    return Path(args.tree).resolve()
+
+
+def _ensure_tree(args, pin) -> Path:
+    """The materialized tree, rebuilt when the series changed since."""
+    tree = _tree(args)
+    if not gitops.is_current(args.root, tree):
+        sdist = fetch_sdist(args.root, pin, args.sdist)
+        head = gitops.materialize(args.root, pin, sdist, tree)
+        print(f"materialized {tree} at {head[:12]}")
+    return tree
+
+
+def cmd_materialize(args) -> int:
+    pin = read_pin(args.root)
+    sdist = fetch_sdist(args.root, pin, args.sdist)
+    head = gitops.materialize(args.root, pin, sdist, _tree(args))
+    n = len(read_series(args.root).patches)
+    print(f"materialized {_tree(args)}: {pin.tag} + {n} commits, HEAD {head[:12]}")
+    return 0
+
+
+def cmd_save(args) -> int:
+    pin = read_pin(args.root)
+    names = gitops.save(args.root, _tree(args), pin.tag)
+    write_table(args.root, read_series(args.root))
+    print(f"saved {len(names)} commits into {args.root / 'patches'}")
+    for n in names:
+        print(f"  {n}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    pin = read_pin(args.root)
+    tree = _ensure_tree(args, pin)
+    dest = Path(args.dest or args.root / "dist" / "patches" / pin.tag).resolve()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    files = gitops.export(tree, pin.tag, dest)
+    print(f"exported {len(files)} patches to {dest}")
+    for f in files:
+        print(f"  {f.name}")
+    return 0
+
+
+def cmd_build(args) -> Path:
+    pin = read_pin(args.root)
+    tree = _ensure_tree(args, pin)
+    wheel = fetch_wheel(args.root, pin, args.wheel)
+    print(f"building {fork_version(pin, tree)} from {wheel.name}", flush=True)
+    out = build_wheel(pin, tree, wheel, args.root / "dist")
+    print(f"built {out}")
+    return out
+
+
+def cmd_install(args) -> int:
+    out = cmd_build(args)
+    pip = [sys.executable, "-m", "pip", "install", "--quiet"]
+    subprocess.run([*pip, str(out)], check=True)
+    version = out.name.split("-")[1]
+    installed = importlib.metadata.version("vllm")
+    if installed != version:
+        # Same version string already installed: reinstall our bytes.
+        subprocess.run([*pip, "--force-reinstall", "--no-deps", str(out)], check=True)
+    print(f"installed vllm {version} into {sys.prefix}")
+    cmd_status(args)
+    return 0
+
+
+def cmd_check(args) -> int:
+    pin = read_pin(args.root)
+    series = read_series(args.root)
+    tree = _ensure_tree(args, pin)
+    problems = run_check(args.root, series, tree, pin.tag)
+    for p in problems:
+        print(f"FAIL {p}")
+    if problems:
+        return 1
+    print(
+        f"check: {len(series.patches)} commits apply exactly on {pin.tag}, "
+        "are canonical, and pass ruff and upstream's pre-commit scripts"
+    )
+    return 0
+
+
+def cmd_table(args) -> int:
+    write_table(args.root, read_series(args.root))
+    print(f"wrote the commit table into {args.root / 'PATCHES.md'}")
+    return 0
+
+
+def cmd_status(args) -> int:
+    pin = read_pin(args.root)
+    series = read_series(args.root)
+    print(
+        f"vLLM fork of {pin.name} {pin.version} ({pin.tag}), "
+        f"{len(series.patches)} commits:"
+    )
+    for i, p in enumerate(series.patches, 1):
+        print(f"  {i:04d} [{p.headers['Upstream-Status']}] {p.subject}")
+    try:
+        installed = importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        installed = "not installed"
+    print(f"installed in {sys.prefix}: vllm {installed}")
+    return 0
+
+
+def cmd_test(args) -> int:
+    pin = read_pin(args.root)
+    tree = _ensure_tree(args, pin)
+    expected = fork_version(pin, tree)
+    try:
+        installed = importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        installed = None
+    if installed != expected:
+        raise ForkError(
+            f"installed vllm is {installed}, the series builds {expected}; "
+            "run `make install` first"
+        )
+    # Run from a folder that holds tests/ but no vllm/ source, so that
+    # `import vllm` resolves to the installed fork wheel.
+    testroot = args.root / "build" / "testroot"
+    shutil.rmtree(testroot, ignore_errors=True)
+    testroot.mkdir(parents=True)
+    shutil.copytree(tree / "tests", testroot / "tests")
+    shutil.copy2(tree / "pyproject.toml", testroot / "pyproject.toml")
+    suite = [
+        line.strip()
+        for line in (args.root / "forktool" / "cpu_suite.txt").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    env = dict(
+        os.environ,
+        TRITON_INTERPRET="1",
+        CUDA_VISIBLE_DEVICES="",
+        HF_HUB_OFFLINE="1",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-ra",
+        *args.pytest_args,
+        *suite,
+    ]
+    print("+ (cd build/testroot && " + " ".join(cmd[1:]) + ")", flush=True)
+    rc = subprocess.run(cmd, cwd=testroot, env=env).returncode
+    if rc == 5:
+        print("forktool test: error: pytest collected no tests", file=sys.stderr)
+        return 1
+    return rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="forktool",
+        description=__doc__,
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=ROOT,
+        help="fork repository (default: this checkout)",
+    )
+    parser.add_argument(
+        "--tree", default=None, help="materialized repo (default: ROOT/build/vllm-fork)"
+    )
+    parser.add_argument(
+        "--sdist",
+        type=Path,
+        default=None,
+        help="use this sdist instead of the cached download",
+    )
+    parser.add_argument(
+        "--wheel",
+        type=Path,
+        default=None,
+        help="use this upstream wheel instead of the cache",
+    )
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    for name in ("materialize", "save", "build", "install", "check", "table", "status"):
+        sub.add_parser(name)
+    test = sub.add_parser("test")
+    test.add_argument("pytest_args", nargs="*", help="extra pytest arguments")
+    exp = sub.add_parser("export")
+    exp.add_argument("--dest", default=None)
+    args = parser.parse_args(argv)
+    args.root = args.root.resolve()
+    args.tree = args.tree or str(args.root / "build" / "vllm-fork")
+    handler = globals()[f"cmd_{args.cmd}"]
+    try:
+        result = handler(args)
+    except ForkError as e:
+        print(f"forktool {args.cmd}: error: {e}", file=sys.stderr)
+        return 2
+    except subprocess.CalledProcessError as e:
+        print(f"forktool {args.cmd}: error: {e}", file=sys.stderr)
+        return 2
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""`forktool check`: the series is canonical, applies exactly, and its code
+passes upstream's own lint (ruff with the sdist's pyproject.toml and the
+pre-commit scripts upstream runs on every PR)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from .gitops import git, series_commits
+from .series import SUBJECT_RE, Series, unclaimed_files
+from .table import table_is_current
+
+# Upstream's pre-commit hooks that take Python file names (0.26.0's
+# .pre-commit-config.yaml); they run from the materialized tree.
+UPSTREAM_HOOKS = (
+    "tools/pre_commit/check_spdx_header.py",
+    "tools/pre_commit/check_torch_cuda.py",
+    "tools/pre_commit/check_forbidden_imports.py",
+)
+
+
+def _ruff() -> list[str]:
+    exe = shutil.which("ruff", path=str(Path(sys.executable).parent))
+    return [exe] if exe else [sys.executable, "-m", "ruff"]
+
+
+def check_commits(series: Series, tree: Path, tag: str) -> list[str]:
+    """Problems with commit metadata or a non-canonical patch file."""
+    problems = []
+    commits = series_commits(tree, tag)
+    if len(commits) != len(series.patches):
+        return [f"{tree} has {len(commits)} commits, the series {len(series.patches)}"]
+    for patch, commit in zip(series.patches, commits, strict=True):
+        where = f"patches/{patch.name}"
+        if not SUBJECT_RE.match(patch.subject):
+            problems.append(f"{where}: subject needs an upstream tag like [Bugfix]")
+        if len(patch.subject) > 80:
+            problems.append(f"{where}: subject longer than 80 characters")
+        sob = f"Signed-off-by: {patch.author}"
+        if sob not in patch.body.splitlines():
+            problems.append(f"{where}: body lacks '{sob}'")
+        if len(patch.body.split("\n\n")) < 2:
+            problems.append(f"{where}: body must say what, why and the effect")
+        for key in ("Why", "Effect", "Removal"):
+            if not patch.headers.get(key):
+                problems.append(f"{where}: missing {key}: header (commit table)")
+        status = git(
+            tree, "diff", "--no-renames", "--name-status", f"{commit}^", commit
+        ).stdout
+        changed = [
+            ln.split("\t", 1)[1]
+            for ln in status.splitlines()
+            if not ln.startswith("A\t")
+        ]
+        diff = ""
+        if changed:
+            diff = git(
+                tree,
+                "diff",
+                "--no-renames",
+                "--binary",
+                f"{commit}^",
+                commit,
+                "--",
+                *changed,
+            ).stdout
+        if diff != patch.diff:
+            problems.append(
+                f"{where}: not canonical (the diff git makes from the applied "
+                "commit differs: line numbers or context moved); run "
+                "`forktool save` after materialize"
+            )
+    return problems
+
+
+def check_lint(tree: Path, tag: str) -> list[str]:
+    """Run ruff and upstream's pre-commit scripts on the files we touch."""
+    out = git(
+        tree, "diff", "--name-only", "--diff-filter=AM", tag, "HEAD", "--", "*.py"
+    ).stdout.split()
+    added = git(
+        tree, "diff", "--name-only", "--diff-filter=A", tag, "HEAD", "--"
+    ).stdout.split()
+    problems = []
+    if not out:
+        return problems
+    for args in (["check", "--no-cache"], ["format", "--check", "--no-cache"]):
+        res = subprocess.run(
+            _ruff() + args + out, cwd=tree, capture_output=True, text=True
+        )
+        if res.returncode != 0:
+            problems.append(f"ruff {' '.join(args)}:\n{res.stdout}{res.stderr}")
+    for hook in UPSTREAM_HOOKS:
+        files = added if "spdx" in hook else out
+        files = [f for f in files if f.endswith(".py")]
+        if not files:
+            continue
+        res = subprocess.run(
+            [sys.executable, hook, *files], cwd=tree, capture_output=True, text=True
+        )
+        if res.returncode != 0:
+            problems.append(f"{hook}:\n{res.stdout}{res.stderr}")
+    return problems
+
+
+def run_check(root: Path, series: Series, tree: Path, tag: str) -> list[str]:
+    problems = []
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=root, capture_output=True, text=True
+    ).stdout.split()
+    for f in unclaimed_files(root, tracked, series):
+        problems.append(f"{f}: under an upstream folder but no commit adds it")
+    problems += check_commits(series, tree, tag)
+    problems += check_lint(tree, tag)
+    if not table_is_current(root, series):
+        problems.append("PATCHES.md: commit table is stale; run `forktool table`")
+    return problems

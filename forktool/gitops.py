@@ -1,0 +1,329 @@
+"""Materialize the fork as a git repository, export it, and save it back.
+
+The round trip follows Debian's ``gbp pq``: ``materialize`` turns the series
+into a branch of commits on top of the pristine upstream tree, you edit with
+ordinary git (commit, rebase, amend), and ``save`` writes the branch back into
+``patches/`` and the added files.  ``export`` writes ``git format-patch``
+files that ``git am`` onto upstream's tag.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+from .errors import ForkError
+from .series import META_FIELDS, Patch, Series, parse_headers, read_series, slugify
+from .upstream import Pin
+
+NOTES_REF = "refs/notes/fork"
+UPSTREAM_AUTHOR = ("vLLM upstream", "upstream@vllm.invalid")
+STAMP = ".git/fork-series-digest"
+
+
+def git(repo: Path, *args: str, env: dict | None = None, check=True, **kw):
+    """Run git in ``repo`` with a neutral, reproducible configuration."""
+    full_env = dict(os.environ)
+    full_env.update(
+        {
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_TERMINAL_PROMPT": "0",
+        }
+    )
+    if env:
+        full_env.update(env)
+    cmd = [
+        "git",
+        "-c",
+        "safe.directory=*",
+        "-c",
+        "core.autocrlf=false",
+        "-c",
+        "user.name=forktool",
+        "-c",
+        "user.email=forktool@localhost",
+        *args,
+    ]
+    return subprocess.run(
+        cmd,
+        cwd=repo,
+        env=full_env,
+        check=check,
+        text=kw.pop("text", True),
+        capture_output=kw.pop("capture_output", True),
+        **kw,
+    )
+
+
+def _ident_env(author: str, date: str) -> dict:
+    m = re.match(r"^(.*?)\s*<([^>]*)>$", author)
+    if not m:
+        raise ForkError(f"From: {author!r} is not 'Name <email>'")
+    name, email = m.groups()
+    return {
+        "GIT_AUTHOR_NAME": name,
+        "GIT_AUTHOR_EMAIL": email,
+        "GIT_AUTHOR_DATE": date,
+        # Committer = author so the same series gives the same commit ids.
+        "GIT_COMMITTER_NAME": name,
+        "GIT_COMMITTER_EMAIL": email,
+        "GIT_COMMITTER_DATE": date,
+    }
+
+
+def series_digest(series: Series) -> str:
+    """Digest of everything that goes into the fork tree."""
+    h = hashlib.sha256()
+    for p in series.patches:
+        h.update((series.root / "patches" / p.name).read_bytes())
+        for f in p.added_files:
+            h.update(f.encode() + b"\0" + (series.root / f).read_bytes())
+    return h.hexdigest()
+
+
+def _unpack_sdist(sdist: Path, dest: Path) -> None:
+    """Extract the sdist's single top-level folder's contents into ``dest``."""
+    with tarfile.open(sdist) as tar:
+        members = tar.getmembers()
+        tops = {m.name.split("/", 1)[0] for m in members}
+        if len(tops) != 1:
+            raise ForkError(f"{sdist}: expected one top-level folder, got {tops}")
+        prefix = tops.pop() + "/"
+        inner = []
+        for m in members:
+            if m.name.startswith(prefix):
+                m.name = m.name[len(prefix) :]
+                inner.append(m)
+        tar.extractall(dest, members=inner, filter="data")
+
+
+def _hunk_of(diff: str, path: str, line_no: int | None) -> str:
+    """Describe the hunk of ``path`` around original line ``line_no``."""
+    in_file = False
+    hunks = []
+    for line in diff.splitlines():
+        if line.startswith("diff --git "):
+            in_file = line.endswith(f" b/{path}")
+        elif in_file and line.startswith("@@"):
+            m = re.match(r"@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@", line)
+            if m:
+                hunks.append((int(m.group(1)), int(m.group(2) or 1), line))
+    for i, (start, length, header) in enumerate(hunks, 1):
+        if line_no is None or start <= line_no <= start + max(length, 1):
+            return f"hunk #{i} of {len(hunks)} ({header.split('@@')[1].strip()})"
+    return f"{len(hunks)} hunk(s)"
+
+
+def _apply(repo: Path, patch: Patch) -> None:
+    """Apply the diff part of ``patch`` exactly (no fuzz), or explain why not."""
+    if not patch.diff:
+        return
+    with tempfile.NamedTemporaryFile("w", suffix=".diff", delete=False) as f:
+        f.write(patch.diff)
+        diff_path = f.name
+    try:
+        res = git(
+            repo, "apply", "--index", "--whitespace=nowarn", diff_path, check=False
+        )
+    finally:
+        os.unlink(diff_path)
+    if res.returncode == 0:
+        return
+    err = res.stderr.strip()
+    m = re.search(r"patch failed: (.+?):(\d+)", err)
+    if m:
+        path, line = m.group(1), int(m.group(2))
+    else:
+        m = re.search(r"error: (.+?): (does not exist in index|No such file)", err)
+        path, line = (m.group(1), None) if m else ("?", None)
+    raise ForkError(
+        f"patch {patch.name} does not apply: file {path}, "
+        f"{_hunk_of(patch.diff, path, line)}\n{err}"
+    )
+
+
+def _commit(repo: Path, root: Path, patch: Patch) -> str:
+    for f in patch.added_files:
+        dst = repo / f
+        if (
+            dst.exists()
+            and git(repo, "ls-files", "--error-unmatch", f, check=False).returncode == 0
+        ):
+            raise ForkError(
+                f"patch {patch.name}: added file {f} already exists in the tree; "
+                "edits to existing files belong in the patch's diff"
+            )
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / f, dst)
+        git(repo, "add", "-f", f)
+    env = _ident_env(patch.author, patch.date)
+    git(repo, "commit", "-q", "--allow-empty", "-F", "-", input=patch.message, env=env)
+    head = git(repo, "rev-parse", "HEAD").stdout.strip()
+    git(
+        repo,
+        "notes",
+        "--ref",
+        NOTES_REF,
+        "add",
+        "-f",
+        "-m",
+        patch.meta_text(),
+        head,
+        env=env,
+    )
+    return head
+
+
+def materialize(root: Path, pin: Pin, sdist: Path, out: Path) -> str:
+    """Build ``out``: pristine tree tagged ``pin.tag`` + one commit per patch.
+
+    Everything happens in a temporary folder beside ``out``; ``out`` is only
+    replaced once every patch applied, so a failure leaves the previous tree
+    (or nothing) and never a half-applied tree that looks finished.
+    Returns the HEAD commit id.
+    """
+    series = read_series(root)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        _unpack_sdist(sdist, tmp)
+        git(tmp, "init", "-q", "-b", "main")
+        git(tmp, "config", "notes.rewriteRef", NOTES_REF)
+        git(tmp, "config", "notes.displayRef", NOTES_REF)
+        git(tmp, "add", "-f", "-A")
+        env = _ident_env(
+            f"{UPSTREAM_AUTHOR[0]} <{UPSTREAM_AUTHOR[1]}>", "2026-07-25T00:00:00Z"
+        )
+        git(
+            tmp,
+            "commit",
+            "-q",
+            "-m",
+            f"vLLM {pin.version}: pristine tree of {pin.sdist}\n\n"
+            f"sha256 {pin.sdist_sha256}",
+            env=env,
+        )
+        git(tmp, "tag", pin.tag)
+        for patch in series.patches:
+            _apply(tmp, patch)
+            _commit(tmp, root, patch)
+        (tmp / STAMP).write_text(series_digest(series) + "\n")
+        head = git(tmp, "rev-parse", "HEAD").stdout.strip()
+        if out.exists():
+            old = out.with_name(out.name + ".old")
+            shutil.rmtree(old, ignore_errors=True)
+            out.rename(old)
+            tmp.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(out)
+        return head
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def is_current(root: Path, tree: Path) -> bool:
+    """Whether ``tree`` was materialized from the series as it is now."""
+    stamp = tree / STAMP
+    if not stamp.is_file():
+        return False
+    return stamp.read_text().strip() == series_digest(read_series(root))
+
+
+def series_commits(tree: Path, tag: str) -> list[str]:
+    out = git(tree, "rev-list", "--reverse", f"{tag}..HEAD").stdout.split()
+    merges = git(tree, "rev-list", "--merges", f"{tag}..HEAD").stdout.split()
+    if merges:
+        raise ForkError(f"{tree}: merge commits in the series: {merges}")
+    return out
+
+
+def export(tree: Path, tag: str, dest: Path) -> list[Path]:
+    """``git format-patch`` of every series commit into ``dest``."""
+    series_commits(tree, tag)
+    tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=dest.parent))
+    try:
+        git(
+            tree,
+            "format-patch",
+            "-q",
+            "--zero-commit",
+            "--no-signature",
+            "--binary",
+            "-o",
+            str(tmp),
+            f"{tag}..HEAD",
+        )
+        if dest.exists():
+            shutil.rmtree(dest)
+        tmp.rename(dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return sorted(dest.glob("*.patch"))
+
+
+def _meta_of(tree: Path, commit: str) -> tuple[dict[str, str], list[str]]:
+    res = git(tree, "notes", "--ref", NOTES_REF, "show", commit, check=False)
+    if res.returncode != 0:
+        return {"Upstream-Status": "Pending"}, []
+    lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
+    return parse_headers(lines, f"note of {commit[:12]}")
+
+
+def save(root: Path, tree: Path, tag: str) -> list[str]:
+    """Write the commits ``tag..HEAD`` of ``tree`` back into ``root``.
+
+    Diffs against files that exist in a commit's parent go into
+    ``patches/NNNN-<subject>.patch``; files a commit creates are copied to
+    their upstream paths and listed under Added-Files.  Fork metadata comes
+    from the commit's git note (new commits default to Upstream-Status:
+    Pending).  Returns the names written to ``patches/series``.
+    """
+    commits = series_commits(tree, tag)
+    old = read_series(root) if (root / "patches" / "series").exists() else None
+    patches: list[Patch] = []
+    for i, c in enumerate(commits, 1):
+        fmt = git(tree, "log", "-1", "--format=%an <%ae>%n%aI%n%B", c).stdout
+        author, date, message = fmt.split("\n", 2)
+        subject, _, body = message.partition("\n")
+        status = git(tree, "diff", "--no-renames", "--name-status", f"{c}^", c)
+        added, changed = [], []
+        for line in status.stdout.splitlines():
+            kind, path = line.split("\t", 1)
+            (added if kind == "A" else changed).append(path)
+        diff = ""
+        if changed:
+            diff = git(
+                tree, "diff", "--no-renames", "--binary", f"{c}^", c, "--", *changed
+            ).stdout
+        meta, _ = _meta_of(tree, c)
+        headers = {"Subject": subject.strip(), "From": author, "Date": date}
+        headers.update({k: v for k, v in meta.items() if k in META_FIELDS})
+        name = f"{i:04d}-{slugify(subject)}.patch"
+        patches.append(Patch(name, headers, body.strip("\n"), diff, sorted(added)))
+        for f in added:
+            dst = root / f
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(git(tree, "show", f"{c}:{f}", text=False).stdout)
+    new_added = {f for p in patches for f in p.added_files}
+    if old is not None:
+        for f in set(old.added_files) - new_added:
+            (root / f).unlink(missing_ok=True)
+        for p in old.patches:
+            (root / "patches" / p.name).unlink(missing_ok=True)
+    for p in patches:
+        (root / "patches" / p.name).write_text(p.render())
+    (root / "patches" / "series").write_text(
+        "# Applied in this order on top of the pinned upstream tree.\n"
+        + "".join(p.name + "\n" for p in patches)
+    )
+    return [p.name for p in patches]

@@ -1,0 +1,197 @@
+"""Tests of the fork tool on a miniature upstream (see conftest.py)."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from forktool.__main__ import main
+from forktool.gitops import git
+
+from .conftest import AUTHOR
+
+
+@pytest.fixture(autouse=True)
+def _no_cache_override(monkeypatch):
+    monkeypatch.delenv("FORK_CACHE", raising=False)
+
+
+def run(root: Path, *args: str) -> int:
+    return main(["--root", str(root), *args])
+
+
+def tree_of(root: Path) -> Path:
+    return root / "build" / "vllm-fork"
+
+
+def head(repo: Path) -> str:
+    return git(repo, "rev-parse", "HEAD").stdout.strip()
+
+
+def test_materialize_tags_pristine_tree_and_commits_series(fork: Path):
+    assert run(fork, "materialize") == 0
+    tree = tree_of(fork)
+    log = git(tree, "log", "--format=%s|%an <%ae>", "v1.2.0..HEAD").stdout
+    assert log.strip() == f"[Bugfix] Change line 20 of attn|{AUTHOR}"
+    pristine = git(tree, "show", "v1.2.0:vllm/attn.py").stdout
+    assert "line 20\n" in pristine and "(fixed)" not in pristine
+    assert "line 20 (fixed)\n" in (tree / "vllm/attn.py").read_text()
+    assert (tree / "tests/test_new.py").is_file()
+    body = git(tree, "log", "-1", "--format=%B").stdout
+    assert f"Signed-off-by: {AUTHOR}" in body
+    assert "Upstream-Status" not in body  # fork metadata stays out of commits
+    note = git(tree, "notes", "--ref", "refs/notes/fork", "show", "HEAD").stdout
+    assert "Upstream-Status: Pending" in note
+    # Same series, same commit ids.
+    first = head(tree)
+    assert run(fork, "materialize") == 0
+    assert head(tree) == first
+
+
+def test_export_applies_with_git_am_and_equals_tree(fork: Path, tmp_path: Path):
+    assert run(fork, "export") == 0
+    patches = sorted((fork / "dist/patches/v1.2.0").glob("*.patch"))
+    assert [p.name[:5] for p in patches] == ["0001-"]
+    tree = tree_of(fork)
+    clone = tmp_path / "am"
+    subprocess.run(["git", "clone", "-q", str(tree), str(clone)], check=True)
+    git(clone, "checkout", "-q", "v1.2.0")
+    git(clone, "am", "-q", *map(str, patches))
+    assert (
+        git(clone, "rev-parse", "HEAD^{tree}").stdout
+        == git(tree, "rev-parse", "HEAD^{tree}").stdout
+    )
+
+
+def test_save_round_trip(fork: Path):
+    assert run(fork, "materialize") == 0
+    tree = tree_of(fork)
+    (tree / "vllm/attn.py").write_text(
+        (tree / "vllm/attn.py").read_text().replace("line 30\n", "line 30 (too)\n")
+    )
+    (tree / "vllm/extra.py").write_text("X = 1\n")
+    git(tree, "add", "-A")
+    git(tree, "commit", "-q", "--amend", "--no-edit")
+    amended_tree = git(tree, "rev-parse", "HEAD^{tree}").stdout
+    assert run(fork, "save") == 0
+    patch = (fork / "patches/0001-Bugfix-Change-line-20-of-attn.patch").read_text()
+    assert "+line 30 (too)" in patch and "Added-Files:" in patch
+    assert "vllm/extra.py" in patch.split("\n\n", 1)[0]
+    assert (fork / "vllm/extra.py").read_text() == "X = 1\n"
+    assert not (fork / "patches/0001-fix.patch").exists()
+    assert run(fork, "materialize") == 0
+    assert git(tree, "rev-parse", "HEAD^{tree}").stdout == amended_tree
+
+
+def test_wrong_sdist_hash_is_refused_and_changes_nothing(fork: Path, capsys):
+    cached = fork / ".cache/upstream/vllm-1.2.0.tar.gz"
+    cached.write_bytes(cached.read_bytes() + b"tampered")
+    before = cached.read_bytes()
+    assert run(fork, "materialize") == 2
+    err = capsys.readouterr().err
+    assert "sha256 mismatch" in err and "vllm-1.2.0.tar.gz" in err
+    assert cached.read_bytes() == before
+    assert not tree_of(fork).exists()
+
+
+def test_missing_patch_is_named(fork: Path, capsys):
+    (fork / "patches/series").write_text("0001-fix.patch\n0002-gone.patch\n")
+    assert run(fork, "materialize") == 2
+    assert "0002-gone.patch" in capsys.readouterr().err
+    assert not tree_of(fork).exists()
+
+
+def test_patch_that_no_longer_applies_names_patch_file_and_hunk(fork, capsys):
+    assert run(fork, "materialize") == 0
+    good_head = head(tree_of(fork))
+    patch = fork / "patches/0001-fix.patch"
+    patch.write_text(patch.read_text().replace(" line 21\n", " line 21 moved\n"))
+    assert run(fork, "materialize") == 2
+    err = capsys.readouterr().err
+    assert "0001-fix.patch" in err and "vllm/attn.py" in err and "hunk #1" in err
+    # The previous tree is left as it was, and no partial tree remains.
+    assert head(tree_of(fork)) == good_head
+    leftovers = [p.name for p in tree_of(fork).parent.iterdir()]
+    assert leftovers == ["vllm-fork"]
+
+
+def test_added_file_listed_by_two_commits(fork: Path, capsys):
+    second = (fork / "patches/0001-fix.patch").read_text()
+    second = second.replace("Change line 20", "Also change").split("---\n")[0]
+    (fork / "patches/0002-dup.patch").write_text(second + "---\n")
+    (fork / "patches/series").write_text("0001-fix.patch\n0002-dup.patch\n")
+    assert run(fork, "materialize") == 2
+    err = capsys.readouterr().err
+    assert "tests/test_new.py" in err and "two commits" in err
+
+
+def test_added_file_that_upstream_has_is_refused(fork: Path, capsys):
+    patch = fork / "patches/0001-fix.patch"
+    patch.write_text(patch.read_text().replace(" tests/test_new.py", " setup.py"))
+    (fork / "setup.py").write_text("# ours\n")
+    assert run(fork, "materialize") == 2
+    assert "setup.py must live under" in capsys.readouterr().err
+
+
+def test_built_wheel_installs_reports_version_and_uninstalls(fork, tmp_path):
+    assert run(fork, "build") == 0
+    (wheel,) = (fork / "dist").glob("vllm-1.2.0+fork.1.g*.whl")
+    version = wheel.name.split("-")[1]
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        assert z.read("vllm/_C.abi3.so") == b"\x7fELF binary payload"
+        assert b"line 20 (fixed)" in z.read("vllm/attn.py")
+        info = f"vllm-{version}.dist-info/"
+        assert f"Version: {version}" in z.read(info + "METADATA").decode()
+        rows = list(csv.reader(io.StringIO(z.read(info + "RECORD").decode())))
+        assert {r[0] for r in rows} == set(names)
+        for name, digest, size in rows:
+            if digest:
+                data = z.read(name)
+                assert len(data) == int(size)
+                want = base64.urlsafe_b64encode(hashlib.sha256(data).digest())
+                assert digest == "sha256=" + want.rstrip(b"=").decode()
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    pip = [str(py), "-m", "pip", "--quiet"]
+    subprocess.run([*pip, "install", "--no-deps", str(wheel)], check=True, env=env)
+    out = subprocess.run(
+        [str(py), "-c", "import vllm; print(vllm.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
+    assert out.stdout.strip() == version
+    subprocess.run([*pip, "uninstall", "-y", "vllm"], check=True, env=env)
+    site = next((venv / "lib").glob("python*/site-packages"))
+    assert not [p.name for p in site.iterdir() if p.name.startswith("vllm")]
+
+
+def test_upstream_wheel_with_wrong_hash_is_refused(fork: Path, capsys):
+    whl = fork / ".cache/upstream/vllm-1.2.0-py3-none-any.whl"
+    whl.write_bytes(b"not the wheel")
+    assert run(fork, "build") == 2
+    assert "sha256 mismatch" in capsys.readouterr().err
+    assert not list(fork.glob("dist/*.whl"))
+
+
+def test_pin_matches_issue(fork: Path):
+    """The real pin names upstream's published hashes."""
+    from forktool.upstream import read_pin
+
+    pin = read_pin(Path(__file__).resolve().parents[2])
+    assert (pin.version, pin.tag) == ("0.26.0", "v0.26.0")
+    assert pin.sdist_sha256.startswith("23e9fa19d7e2")
+    assert pin.wheel_sha256.startswith("adb1e4c9b46d")

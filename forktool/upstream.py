@@ -1,0 +1,196 @@
+"""The pinned upstream release: read the pin, fetch and verify its files.
+
+Downloads go through pip's own index configuration (``pip download`` for
+the wheel; for the sdist, the simple-repository API of the index pip is
+configured with), so no registry host is written here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from .errors import ForkError
+
+
+@dataclasses.dataclass(frozen=True)
+class Pin:
+    name: str
+    version: str
+    tag: str
+    sdist: str
+    sdist_sha256: str
+    wheel: str
+    wheel_sha256: str
+    local_label: str
+
+
+def read_pin(root: Path) -> Pin:
+    path = root / "requirements" / "upstream.toml"
+    try:
+        data = tomllib.loads(path.read_text())
+        up = data["upstream"]
+        return Pin(
+            name=up["name"],
+            version=up["version"],
+            tag=up["tag"],
+            sdist=up["sdist"]["filename"],
+            sdist_sha256=up["sdist"]["sha256"].lower(),
+            wheel=up["wheel"]["filename"],
+            wheel_sha256=up["wheel"]["sha256"].lower(),
+            local_label=data["fork"]["local_label"],
+        )
+    except FileNotFoundError:
+        raise ForkError(f"{path}: pin file not found") from None
+    except (KeyError, tomllib.TOMLDecodeError) as e:
+        raise ForkError(f"{path}: malformed pin file ({e})") from None
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify(path: Path, expected: str) -> None:
+    got = sha256_of(path)
+    if got != expected:
+        raise ForkError(
+            f"{path}: sha256 mismatch\n  expected {expected}\n  got      {got}\n"
+            "refusing to use it (see requirements/upstream.toml)"
+        )
+
+
+def cache_dir(root: Path) -> Path:
+    return Path(os.environ.get("FORK_CACHE", root / ".cache")) / "upstream"
+
+
+def _pip_index_urls() -> list[str]:
+    """Index URLs in pip's own configuration order (index-url first)."""
+
+    def pip_config(key: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "get", key],
+            capture_output=True,
+            text=True,
+        )
+        return out.stdout.strip() if out.returncode == 0 else ""
+
+    index = os.environ.get("PIP_INDEX_URL") or pip_config("global.index-url")
+    if not index:
+        from pip._internal.models.index import PyPI
+
+        index = PyPI.simple_url
+    extra = os.environ.get("PIP_EXTRA_INDEX_URL") or pip_config(
+        "global.extra-index-url"
+    )
+    return [index, *extra.split()]
+
+
+def _find_in_index(index: str, project: str, filename: str) -> str | None:
+    url = index.rstrip("/") + f"/{project}/"
+    req = urllib.request.Request(
+        url,
+        headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            ctype = resp.headers.get("Content-Type", "")
+            data = resp.read()
+    except (OSError, ValueError):
+        return None
+    if "json" in ctype:
+        for f in json.loads(data).get("files", []):
+            if f.get("filename") == filename:
+                return urllib.parse.urljoin(url, f["url"])
+        return None
+    for href in re.findall(rb'href="([^"]+)"', data):
+        link = href.decode()
+        if link.split("#", 1)[0].rsplit("/", 1)[-1] == filename:
+            return urllib.parse.urljoin(url, link.split("#", 1)[0])
+    return None
+
+
+def _download(url: str, dest: Path) -> None:
+    with urllib.request.urlopen(url, timeout=300) as resp, open(dest, "wb") as f:
+        shutil.copyfileobj(resp, f)
+
+
+def fetch_sdist(root: Path, pin: Pin, given: Path | None = None) -> Path:
+    """Path of the verified sdist: the given file, or the cached download."""
+    if given is not None:
+        if not given.is_file():
+            raise ForkError(f"{given}: sdist not found")
+        verify(given, pin.sdist_sha256)
+        return given
+    cached = cache_dir(root) / pin.sdist
+    if cached.is_file():
+        verify(cached, pin.sdist_sha256)
+        return cached
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    print(f"fetching {pin.sdist} through pip's index configuration", flush=True)
+    for index in _pip_index_urls():
+        url = _find_in_index(index, pin.name, pin.sdist)
+        if url is None:
+            continue
+        with tempfile.TemporaryDirectory(dir=cached.parent) as tmp:
+            part = Path(tmp) / pin.sdist
+            _download(url, part)
+            verify(part, pin.sdist_sha256)
+            part.replace(cached)
+        return cached
+    raise ForkError(f"{pin.sdist}: not found on any configured package index")
+
+
+def fetch_wheel(root: Path, pin: Pin, given: Path | None = None) -> Path:
+    """Path of the verified upstream wheel (``pip download`` into the cache)."""
+    if given is not None:
+        if not given.is_file():
+            raise ForkError(f"{given}: wheel not found")
+        verify(given, pin.wheel_sha256)
+        return given
+    cached = cache_dir(root) / pin.wheel
+    if cached.is_file():
+        verify(cached, pin.wheel_sha256)
+        return cached
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    print(f"fetching {pin.wheel} with pip download", flush=True)
+    with tempfile.TemporaryDirectory(dir=cached.parent) as tmp:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--python-version",
+                "3.12",
+                "--platform",
+                "manylinux_2_28_x86_64",
+                "--dest",
+                tmp,
+                f"{pin.name}=={pin.version}",
+            ],
+            check=True,
+        )
+        part = Path(tmp) / pin.wheel
+        if not part.is_file():
+            raise ForkError(f"pip download did not produce {pin.wheel}")
+        verify(part, pin.wheel_sha256)
+        part.replace(cached)
+    return cached
