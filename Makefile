@@ -23,7 +23,7 @@ venv: $(VENV)/.ready
 install: venv
 	$(PY) -m forktool install
 
-test: install test-tools test-fork
+test: install test-tools check test-fork
 
 test-tools: venv
 	$(PY) -m pytest -q -p no:cacheprovider forktool/tests

@@ -159,7 +159,9 @@ def cmd_test(args) -> int:
     testroot = args.root / "build" / "testroot"
     shutil.rmtree(testroot, ignore_errors=True)
     testroot.mkdir(parents=True)
-    shutil.copytree(tree / "tests", testroot / "tests")
+    # benchmarks/ too: tests of benchmark scripts load them by path.
+    for folder in ("tests", "benchmarks"):
+        shutil.copytree(tree / folder, testroot / folder)
     shutil.copy2(tree / "pyproject.toml", testroot / "pyproject.toml")
     suite = [
         line.strip()
@@ -184,7 +186,7 @@ def cmd_test(args) -> int:
         *args.pytest_args,
         *suite,
     ]
-    print("+ (cd build/testroot && " + " ".join(cmd[1:]) + ")", flush=True)
+    print(f"+ (cd {testroot} && python {' '.join(cmd[1:])})", flush=True)
     rc = subprocess.run(cmd, cwd=testroot, env=env).returncode
     if rc == 5:
         print("forktool test: error: pytest collected no tests", file=sys.stderr)
