@@ -1,0 +1,244 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""Sectioned INT8 per-token-head prefill against a PyTorch reference.
+
+The dequant kernel and ``merge_attn_states`` run for real (Triton, or the
+Triton interpreter on CPU); the per-section attention is a plain-PyTorch
+callable with the FlashAttention (out, lse) contract, so the test also runs
+where FlashAttention does not.
+"""
+
+import math
+
+import pytest
+import torch
+
+from vllm.platforms import current_platform
+from vllm.v1.attention.backends.triton_attn import (
+    TritonAttentionBackend,
+    TritonAttentionImpl,
+)
+from vllm.v1.attention.ops.triton_int8_sectioned_prefill import (
+    build_sectioned_prefill_metadata,
+    dequant_int8_pth_section,
+    sectioned_prefill_attention,
+    sectioned_prefill_workspace_shapes,
+)
+
+DEVICE = "cuda" if current_platform.is_cuda() else "cpu"
+BLOCK_SIZE = 16
+# Small sections and query tiles so that CPU runs cross every boundary.
+SECTION_TOKENS = 64
+QUERY_TILE_TOKENS = 32
+
+
+def sdpa_section_attn(q, k, v, out, cu_q, cu_k, max_q, max_k, causal, scale):
+    """Reference for the FlashAttention varlen (out, lse) contract."""
+    assert cu_q.tolist() == [0, q.shape[0]] and max_q == q.shape[0]
+    assert cu_k.tolist() == [0, k.shape[0]] and max_k == k.shape[0]
+    group = q.shape[1] // k.shape[1]
+    qf = q.float().transpose(0, 1)
+    kf = k.float().repeat_interleave(group, dim=1).transpose(0, 1)
+    vf = v.float().repeat_interleave(group, dim=1).transpose(0, 1)
+    scores = qf @ kf.transpose(-1, -2) * scale
+    if causal:
+        nq, nk = q.shape[0], k.shape[0]
+        rows = torch.arange(nq, device=q.device)[:, None] + (nk - nq)
+        visible = torch.arange(nk, device=q.device)[None, :] <= rows
+        scores = scores.masked_fill(~visible, float("-inf"))
+    out.copy_((scores.softmax(-1) @ vf).transpose(0, 1))
+    return torch.logsumexp(scores, dim=-1).contiguous()
+
+
+def make_int8_cache(num_blocks, num_kv_heads, head_size, layout="NHD"):
+    """Packed per-token-head cache as the Triton backend allocates it."""
+    shape = TritonAttentionBackend.get_kv_cache_shape(
+        num_blocks, BLOCK_SIZE, num_kv_heads, head_size, "int8_per_token_head"
+    )
+    order = (0, 2, 1, 3) if layout == "NHD" else (0, 1, 2, 3)
+    inv = [order.index(i) for i in range(4)]
+    # Random bytes, so that reading a wrong slot cannot go unnoticed.
+    raw = torch.randint(
+        -128, 128, [shape[i] for i in order], dtype=torch.int8, device=DEVICE
+    )
+    return raw.permute(*inv)
+
+
+def torch_dequant(kv_cache, block_table_row, positions, head_size):
+    """[len(positions), num_kv_heads, head_size] fp32 K and V."""
+    blocks = block_table_row[positions // BLOCK_SIZE].long()
+    rows = kv_cache[blocks, :, positions % BLOCK_SIZE]  # [N, H, 2 * (hs + 4)]
+    halves = []
+    for off in (0, head_size + 4):
+        data = rows[..., off : off + head_size].float()
+        scale = rows[..., off + head_size : off + head_size + 4].contiguous()
+        halves.append(data * scale.view(torch.float32))
+    return halves
+
+
+def write_requests(impl, kv_cache, seq_lens, num_kv_heads, head_size, dtype):
+    """Random per-request K/V written through the backend's cache update."""
+    max_blocks = max(math.ceil(s / BLOCK_SIZE) for s in seq_lens)
+    perm = torch.randperm(kv_cache.shape[0], device=DEVICE).to(torch.int32)
+    block_table = perm[: len(seq_lens) * max_blocks].view(len(seq_lens), max_blocks)
+    keys, values = [], []
+    for i, seq_len in enumerate(seq_lens):
+        k = torch.randn(seq_len, num_kv_heads, head_size, device=DEVICE, dtype=dtype)
+        v = torch.randn_like(k)
+        pos = torch.arange(seq_len, device=DEVICE)
+        slots = block_table[i, pos // BLOCK_SIZE].long() * BLOCK_SIZE
+        impl.do_kv_cache_update(None, k, v, kv_cache, slots + pos % BLOCK_SIZE)
+        keys.append(k)
+        values.append(v)
+    return block_table, keys, values
+
+
+@pytest.mark.parametrize("head_size", [64, 256])
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("start,length", [(0, 16), (5, 40), (13, 3), (0, 0)])
+def test_dequant_section(head_size, layout, start, length):
+    torch.manual_seed(0)
+    num_kv_heads, seq_len = 2, 64
+    impl = TritonAttentionImpl(
+        4, head_size, 1.0, num_kv_heads, None, None, "int8_per_token_head"
+    )
+    kv_cache = make_int8_cache(16, num_kv_heads, head_size, layout)
+    block_table, _, _ = write_requests(
+        impl, kv_cache, [seq_len], num_kv_heads, head_size, torch.bfloat16
+    )
+    key_out = torch.full(
+        (48, num_kv_heads, head_size), float("nan"), dtype=torch.bfloat16, device=DEVICE
+    )
+    value_out = torch.full_like(key_out, float("nan"))
+    dequant_int8_pth_section(
+        kv_cache, block_table, 0, start, length, key_out, value_out
+    )
+    pos = torch.arange(start, start + length, device=DEVICE)
+    ref_k, ref_v = torch_dequant(kv_cache, block_table[0], pos, head_size)
+    torch.testing.assert_close(key_out[:length], ref_k.to(torch.bfloat16))
+    torch.testing.assert_close(value_out[:length], ref_v.to(torch.bfloat16))
+    # Rows past the section are left alone.
+    assert key_out[length:].isnan().all() and value_out[length:].isnan().all()
+
+
+# (context_len, query_len) per request.  Context lengths cover: no context,
+# shorter than a section, exactly one section, several sections with a
+# remainder, block-boundary offsets; query lengths cover one and several
+# query tiles.
+CASES = {
+    "no_context": [(0, 40)],
+    "short_context": [(37, 20)],
+    "one_section": [(SECTION_TOKENS, 33)],
+    "sections": [(3 * SECTION_TOKENS + 5, 70)],
+    "block_edges": [(BLOCK_SIZE - 1, 1), (2 * BLOCK_SIZE, BLOCK_SIZE + 1)],
+    "several": [(0, 17), (SECTION_TOKENS + 1, 5), (150, 64), (9, 31)],
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("num_heads,num_kv_heads", [(6, 2)])
+@pytest.mark.parametrize("head_size", [64])
+@pytest.mark.parametrize("dtype", [torch.bfloat16])
+def test_sectioned_prefill(case, num_heads, num_kv_heads, head_size, dtype):
+    torch.manual_seed(0)
+    reqs = CASES[case]
+    seq_lens = [c + q for c, q in reqs]
+    query_lens = [q for _, q in reqs]
+    num_blocks = len(reqs) * math.ceil(max(seq_lens) / BLOCK_SIZE) + 8
+    scale = head_size**-0.5
+    impl = TritonAttentionImpl(
+        num_heads, head_size, scale, num_kv_heads, None, None, "int8_per_token_head"
+    )
+    kv_cache = make_int8_cache(num_blocks, num_kv_heads, head_size)
+    block_table, keys, values = write_requests(
+        impl, kv_cache, seq_lens, num_kv_heads, head_size, dtype
+    )
+
+    # Step token arrays: each request's new tokens, in request order.
+    query = torch.randn(
+        sum(query_lens), num_heads, head_size, dtype=dtype, device=DEVICE
+    )
+    key = torch.cat([k[c:] for k, (c, _) in zip(keys, reqs)])
+    value = torch.cat([v[c:] for v, (c, _) in zip(values, reqs)])
+    query_start_loc = torch.tensor([0] + query_lens).cumsum(0).to(torch.int32)
+
+    metadata = build_sectioned_prefill_metadata(
+        query_start_loc,
+        torch.tensor(seq_lens, dtype=torch.int32),
+        first_request=0,
+        device=torch.device(DEVICE),
+        section_tokens=SECTION_TOKENS,
+        query_tile_tokens=QUERY_TILE_TOKENS,
+    )
+    shapes = sectioned_prefill_workspace_shapes(
+        num_heads, num_kv_heads, head_size, dtype, SECTION_TOKENS, QUERY_TILE_TOKENS
+    )
+    scratch = [torch.empty(s, dtype=d, device=DEVICE) for s, d in shapes]
+    # The scratch is bounded by the section and tile sizes, not the context.
+    scratch_bytes = sum(t.numel() * t.element_size() for t in scratch)
+    kv_bytes = 2 * SECTION_TOKENS * num_kv_heads * head_size * dtype.itemsize
+    out_bytes = QUERY_TILE_TOKENS * num_heads * head_size * dtype.itemsize
+    assert scratch_bytes == kv_bytes + out_bytes
+
+    output = torch.full_like(query, float("nan"))
+    sectioned_prefill_attention(
+        query,
+        key,
+        value,
+        kv_cache,
+        block_table,
+        output,
+        metadata,
+        scale,
+        *scratch,
+        attn_fn=sdpa_section_attn,
+    )
+
+    for i, (context_len, query_len) in enumerate(reqs):
+        q0 = int(query_start_loc[i])
+        pos = torch.arange(context_len, device=DEVICE)
+        ctx_k, ctx_v = torch_dequant(kv_cache, block_table[i], pos, head_size)
+        # The request's own tokens come unquantised from the step.
+        ref_k = torch.cat([ctx_k.to(dtype), key[q0 : q0 + query_len]])
+        ref_v = torch.cat([ctx_v.to(dtype), value[q0 : q0 + query_len]])
+        ref = torch.empty(query_len, num_heads, head_size, device=DEVICE)
+        cu = torch.tensor([0, query_len])
+        sdpa_section_attn(
+            query[q0 : q0 + query_len],
+            ref_k,
+            ref_v,
+            ref,
+            cu,
+            torch.tensor([0, context_len + query_len]),
+            query_len,
+            context_len + query_len,
+            True,
+            scale,
+        )
+        torch.testing.assert_close(
+            output[q0 : q0 + query_len].float(), ref, atol=2e-2, rtol=2e-2
+        )
+
+
+def test_plan_sections():
+    # Decode rows first (not planned), then prefills.
+    qsl = torch.tensor([0, 1, 5, 5 + 100, 5 + 100 + 3], dtype=torch.int32)
+    seq_lens = torch.tensor([10, 20, 100 + 3 * 64, 3], dtype=torch.int32)
+    meta = build_sectioned_prefill_metadata(
+        qsl, seq_lens, 2, torch.device("cpu"), section_tokens=64, query_tile_tokens=32
+    )
+    assert [r.block_table_row for r in meta.requests] == [2, 3]
+    big, small = meta.requests
+    assert (big.query_start, big.query_len, big.context_len) == (5, 100, 192)
+    assert len(big.own_cu_rows) == 4 and len(big.context_cu_rows) == 3
+    assert small.context_len == 0 and small.context_cu_rows == []
+    assert meta.cu_seqlens[big.own_cu_rows[-1]].tolist() == [[0, 4], [0, 100]]
+    assert meta.cu_seqlens[big.context_cu_rows[2][0]].tolist() == [[0, 32], [0, 64]]
+
+
+def test_workspace_bound_qwen35_geometry():
+    # 24 query / 4 KV heads x 256, default 32K sections and 2K query tiles:
+    # the whole path needs < 160 MiB at any context length.
+    shapes = sectioned_prefill_workspace_shapes(24, 4, 256, torch.bfloat16)
+    total = sum(math.prod(s) * d.itemsize for s, d in shapes)
+    assert total == (128 + 24) * 2**20

@@ -1,0 +1,464 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""Prefill attention over an INT8 per-token-head KV cache via FlashAttention.
+
+The Triton unified kernel dequantises the INT8 cache inline, which makes long
+prefills several times slower than FlashAttention on a BF16 cache.  Converting
+the whole cached context to BF16 first would need a scratch proportional to
+the context length (512 MiB per layer at 128K for 4 KV heads x 256), so the
+cached context of each prefill request is instead converted in sections of at
+most ``section_tokens`` tokens into one reusable scratch:
+
+* the request's own (new) tokens attend to each other causally, read straight
+  from the unquantised ``key``/``value`` of the step;
+* each section of the cached context is dequantised by a Triton kernel and
+  attended to non-causally with FlashAttention (varlen, returning the LSE);
+* the partial results are combined with ``merge_attn_states`` (log-sum-exp),
+  as MLA does for its chunked context.
+
+Query rows are processed in tiles of at most ``query_tile_tokens`` so that the
+partial-output buffer is bounded too: the memory of this path does not depend
+on the context length or the chunk size.
+"""
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from vllm.logger import init_logger
+from vllm.triton_utils import tl, triton
+from vllm.v1.attention.ops.merge_attn_states import merge_attn_states
+
+logger = init_logger(__name__)
+
+# 32K tokens x 4 KV heads x 256 x (K + V) x bf16 = 128 MiB of scratch.
+DEFAULT_SECTION_TOKENS = 32 * 1024
+# 2K query rows x 24 heads x 256 x bf16 = 24 MiB of partial output.
+DEFAULT_QUERY_TILE_TOKENS = 2 * 1024
+# Requests with at most this many query tokens (decode, spec-decode verify)
+# go to the decode path; longer ones to the sectioned prefill path.
+INT8_PTH_DECODE_QUERY_LEN = 16
+
+# Which attention path each per-token-head INT8 forward part took, so that a
+# silent fallback to the slow path is visible (eager executions only; CUDA
+# graph replays do not run Python).
+INT8_PTH_ATTN_PATH_COUNTS: Counter[str] = Counter()
+
+
+def record_attn_path(path: str) -> None:
+    """Count one use of an attention path and log its first use."""
+    INT8_PTH_ATTN_PATH_COUNTS[path] += 1
+    logger.debug_once("INT8 per-token-head KV cache attention path: %s", path)
+
+
+# (q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+#  causal, softmax_scale) -> lse [num_heads, num_q_tokens] (float32).
+# Writes the attention output into ``out``; one sequence per call.  Causal
+# masking is aligned to the bottom right (query i sees keys up to
+# i + max_seqlen_k - max_seqlen_q), as in FlashAttention.
+SectionAttnFn = Callable[
+    [
+        torch.Tensor,
+        torch.Tensor,
+        torch.Tensor,
+        torch.Tensor,
+        torch.Tensor,
+        torch.Tensor,
+        int,
+        int,
+        bool,
+        float,
+    ],
+    torch.Tensor,
+]
+
+
+def make_flash_attn_section_fn(fa_version: int | None) -> SectionAttnFn:
+    """Return a :data:`SectionAttnFn` backed by FlashAttention varlen."""
+    from vllm.v1.attention.backends.fa_utils import flash_attn_varlen_func
+
+    fa_kwargs = {} if fa_version is None else {"fa_version": fa_version}
+
+    def attn(
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        out: torch.Tensor,
+        cu_seqlens_q: torch.Tensor,
+        cu_seqlens_k: torch.Tensor,
+        max_seqlen_q: int,
+        max_seqlen_k: int,
+        causal: bool,
+        softmax_scale: float,
+    ) -> torch.Tensor:
+        _, lse = flash_attn_varlen_func(
+            q=q,
+            k=k,
+            v=v,
+            out=out,
+            cu_seqlens_q=cu_seqlens_q,
+            max_seqlen_q=max_seqlen_q,
+            cu_seqlens_k=cu_seqlens_k,
+            max_seqlen_k=max_seqlen_k,
+            softmax_scale=softmax_scale,
+            causal=causal,
+            return_softmax_lse=True,
+            **fa_kwargs,
+        )
+        return lse
+
+    return attn
+
+
+@dataclass
+class SectionedPrefillRequest:
+    """Host-side plan for one prefill request (positions are request-local)."""
+
+    # Row of the request in the (full) block table.
+    block_table_row: int
+    # Offsets of the request's query tokens in the step's token array.
+    query_start: int
+    query_len: int
+    # Number of cached tokens before the request's own tokens.
+    context_len: int
+    # Rows of ``SectionedPrefillMetadata.cu_seqlens`` used by the calls:
+    # own-token call of tile j: ``own_cu_rows[j]``; context call of section s
+    # and tile j: ``context_cu_rows[s][j]``.
+    own_cu_rows: list[int]
+    context_cu_rows: list[list[int]]
+
+
+@dataclass
+class SectionedPrefillMetadata:
+    requests: list[SectionedPrefillRequest]
+    # [num_rows, 2, 2] int32: (cu_seqlens_q, cu_seqlens_k) per attention call.
+    cu_seqlens: torch.Tensor
+    section_tokens: int
+    query_tile_tokens: int
+
+
+def _tiles(length: int, tile: int) -> list[tuple[int, int]]:
+    return [(s, min(s + tile, length)) for s in range(0, length, tile)]
+
+
+def build_sectioned_prefill_metadata(
+    query_start_loc_cpu: torch.Tensor,
+    seq_lens_cpu: torch.Tensor,
+    first_request: int,
+    device: torch.device,
+    section_tokens: int = DEFAULT_SECTION_TOKENS,
+    query_tile_tokens: int = DEFAULT_QUERY_TILE_TOKENS,
+) -> SectionedPrefillMetadata:
+    """Plan the attention calls of the prefill requests of one step.
+
+    Runs on the host from CPU tensors only (no device sync); the call bounds
+    are copied to the device in one transfer.
+
+    Args:
+        query_start_loc_cpu: [num_reqs + 1] query offsets of the whole step.
+        seq_lens_cpu: [num_reqs] sequence lengths (context + query tokens).
+        first_request: index of the first prefill request; requests from
+            there to the end are planned.
+        device: device of the returned ``cu_seqlens``.
+        section_tokens: most cached tokens dequantised at once.
+        query_tile_tokens: most query rows per attention call.
+    """
+    qsl = query_start_loc_cpu.tolist()
+    seq_lens = seq_lens_cpu.tolist()
+    rows: list[list[list[int]]] = []
+    requests = []
+    for req in range(first_request, len(seq_lens)):
+        query_len = qsl[req + 1] - qsl[req]
+        if query_len == 0:
+            continue
+        context_len = seq_lens[req] - query_len
+        tiles = _tiles(query_len, query_tile_tokens)
+        own_cu_rows = []
+        for start, end in tiles:
+            # Tile [start, end) sees its own chunk's keys [0, end).
+            own_cu_rows.append(len(rows))
+            rows.append([[0, end - start], [0, end]])
+        context_cu_rows = []
+        for sec_start, sec_end in _tiles(context_len, section_tokens):
+            sec_rows = []
+            for start, end in tiles:
+                sec_rows.append(len(rows))
+                rows.append([[0, end - start], [0, sec_end - sec_start]])
+            context_cu_rows.append(sec_rows)
+        requests.append(
+            SectionedPrefillRequest(
+                block_table_row=req,
+                query_start=qsl[req],
+                query_len=query_len,
+                context_len=context_len,
+                own_cu_rows=own_cu_rows,
+                context_cu_rows=context_cu_rows,
+            )
+        )
+    cu_seqlens = torch.tensor(rows, dtype=torch.int32).view(-1, 2, 2)
+    return SectionedPrefillMetadata(
+        requests=requests,
+        cu_seqlens=cu_seqlens.to(device, non_blocking=True),
+        section_tokens=section_tokens,
+        query_tile_tokens=query_tile_tokens,
+    )
+
+
+def sectioned_prefill_workspace_shapes(
+    num_heads: int,
+    num_kv_heads: int,
+    head_size: int,
+    dtype: torch.dtype,
+    section_tokens: int = DEFAULT_SECTION_TOKENS,
+    query_tile_tokens: int = DEFAULT_QUERY_TILE_TOKENS,
+) -> tuple[tuple[tuple[int, ...], torch.dtype], ...]:
+    """(shape, dtype) of the K section, V section and partial-output buffers.
+
+    Their total is all the device memory this path needs besides a few small
+    LSE tensors; it is independent of the context length.
+    """
+    kv_shape = (section_tokens, num_kv_heads, head_size)
+    return (
+        (kv_shape, dtype),
+        (kv_shape, dtype),
+        ((query_tile_tokens, num_heads, head_size), dtype),
+    )
+
+
+@triton.jit
+def _dequant_int8_pth_half(
+    row_ptr,  # [BLOCK_T] pointers to the first int32 word of a K or V half
+    out_ptr,  # [BLOCK_T, 4 * PADDED_WORDS] output pointers
+    tok_mask,
+    out_mask,
+    WORDS: tl.constexpr,
+    PADDED_WORDS: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+):
+    word = tl.arange(0, PADDED_WORDS)
+    word_mask = tok_mask[:, None] & (word < WORDS)[None, :]
+    words = tl.load(row_ptr[:, None] + word[None, :], mask=word_mask, other=0)
+    scale = tl.load(row_ptr + WORDS, mask=tok_mask, other=0)
+    scale = scale.to(tl.float32, bitcast=True)
+    # Little-endian: byte i of word w is value 4 * w + i.  Shifting the byte
+    # to the top and arithmetic-shifting it back sign-extends it.
+    shifts = 24 - 8 * tl.arange(0, 4)
+    vals = (words[:, :, None] << shifts[None, None, :]) >> 24
+    vals = tl.reshape(vals, (BLOCK_T, 4 * PADDED_WORDS))
+    vals = vals.to(tl.float32) * scale[:, None]
+    tl.store(out_ptr, vals.to(out_ptr.dtype.element_ty), mask=out_mask)
+
+
+@triton.jit
+def _dequant_int8_pth_section_kernel(
+    kv_cache_ptr,  # int32 words: [num_blocks, num_kv_heads, block_size, 2 * ROW]
+    block_table_ptr,  # [num_reqs, max_num_blocks]
+    key_out_ptr,  # [section_tokens, num_kv_heads, HEAD_SIZE]
+    value_out_ptr,  # [section_tokens, num_kv_heads, HEAD_SIZE]
+    block_table_row,
+    section_start,
+    section_len,
+    stride_cache_block,
+    stride_cache_head,
+    stride_cache_slot,
+    stride_bt_row,
+    stride_out_tok,
+    stride_out_head,
+    BLOCK_SIZE: tl.constexpr,
+    HEAD_SIZE: tl.constexpr,
+    WORDS: tl.constexpr,  # HEAD_SIZE // 4
+    PADDED_WORDS: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+):
+    tile = tl.program_id(0)
+    head = tl.program_id(1)
+
+    tok = tile * BLOCK_T + tl.arange(0, BLOCK_T)
+    tok_mask = tok < section_len
+    pos = section_start + tok
+    block_idx = tl.load(
+        block_table_ptr + block_table_row * stride_bt_row + pos // BLOCK_SIZE,
+        mask=tok_mask,
+        other=0,
+    )
+    # A (slot, head) row is [K: WORDS int32 | K scale: f32 | V: WORDS | V scale]
+    # (2 x 260 bytes for head size 256).  Reading it as 32-bit words moves 4
+    # values per load; rows are only 4-byte aligned, so this is the widest
+    # access that is always legal.
+    row_ptr = (
+        kv_cache_ptr
+        + block_idx.to(tl.int64) * stride_cache_block
+        + head * stride_cache_head
+        + (pos % BLOCK_SIZE) * stride_cache_slot
+    )
+    out_cols = tl.arange(0, 4 * PADDED_WORDS)
+    out_off = (
+        tok.to(tl.int64)[:, None] * stride_out_tok
+        + head * stride_out_head
+        + out_cols[None, :]
+    )
+    out_mask = tok_mask[:, None] & (out_cols < HEAD_SIZE)[None, :]
+    _dequant_int8_pth_half(
+        row_ptr, key_out_ptr + out_off, tok_mask, out_mask, WORDS, PADDED_WORDS, BLOCK_T
+    )
+    _dequant_int8_pth_half(
+        row_ptr + WORDS + 1,
+        value_out_ptr + out_off,
+        tok_mask,
+        out_mask,
+        WORDS,
+        PADDED_WORDS,
+        BLOCK_T,
+    )
+
+
+def dequant_int8_pth_section(
+    kv_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    block_table_row: int,
+    section_start: int,
+    section_len: int,
+    key_out: torch.Tensor,
+    value_out: torch.Tensor,
+) -> None:
+    """Dequantise cached tokens of one request into contiguous K/V buffers.
+
+    Args:
+        kv_cache: [num_blocks, num_kv_heads, block_size, 2 * (head_size + 4)]
+            int8, the packed per-token-head cache (any physical stride order
+            with a contiguous last dimension).
+        block_table: [num_reqs, max_num_blocks_per_req] int32.
+        block_table_row: row of the request in ``block_table``.
+        section_start: first request-local position to convert.
+        section_len: number of positions to convert.
+        key_out: [>= section_len, num_kv_heads, head_size] bf16/fp16.
+        value_out: same shape and dtype as ``key_out``.
+    """
+    num_blocks, num_kv_heads, block_size, content = kv_cache.shape
+    head_size = key_out.shape[-1]
+    assert kv_cache.dtype == torch.int8 and content == 2 * (head_size + 4)
+    assert head_size % 4 == 0 and kv_cache.stride(-1) == 1
+    assert key_out.stride() == value_out.stride() and key_out.stride(-1) == 1
+    assert key_out.shape[0] >= section_len
+    if section_len == 0:
+        return
+    # Address the cache in 32-bit words; every stride and the scale offset
+    # are multiples of 4 bytes (rows are 2 * 260 bytes for head size 256).
+    cache_words = kv_cache.view(torch.int32)
+    words = head_size // 4
+    block_t = 16
+    grid = (triton.cdiv(section_len, block_t), num_kv_heads)
+    _dequant_int8_pth_section_kernel[grid](
+        cache_words,
+        block_table,
+        key_out,
+        value_out,
+        block_table_row,
+        section_start,
+        section_len,
+        cache_words.stride(0),
+        cache_words.stride(1),
+        cache_words.stride(2),
+        block_table.stride(0),
+        key_out.stride(0),
+        key_out.stride(1),
+        BLOCK_SIZE=block_size,
+        HEAD_SIZE=head_size,
+        WORDS=words,
+        PADDED_WORDS=triton.next_power_of_2(words),
+        BLOCK_T=block_t,
+        num_warps=4,
+    )
+
+
+def sectioned_prefill_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    kv_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    output: torch.Tensor,
+    metadata: SectionedPrefillMetadata,
+    softmax_scale: float,
+    key_scratch: torch.Tensor,
+    value_scratch: torch.Tensor,
+    out_scratch: torch.Tensor,
+    attn_fn: SectionAttnFn,
+) -> None:
+    """Causal prefill attention for the planned requests of one step.
+
+    Token offsets in ``metadata`` index the first dimension of ``query``,
+    ``key``, ``value`` and ``output`` (the step's token arrays).
+
+    Args:
+        query: [num_tokens, num_heads, head_size]
+        key: [num_tokens, num_kv_heads, head_size], the step's new keys.
+        value: [num_tokens, num_kv_heads, head_size], the step's new values.
+        kv_cache: [num_blocks, num_kv_heads, block_size, 2 * (head_size + 4)]
+            int8 per-token-head cache holding each request's context.
+        block_table: [num_reqs, max_num_blocks_per_req]
+        output: [num_tokens, num_heads, head_size]; rows of the planned
+            requests are written.
+        metadata: plan from :func:`build_sectioned_prefill_metadata`.
+        softmax_scale: attention scale.
+        key_scratch: [section_tokens, num_kv_heads, head_size], query dtype.
+        value_scratch: same as ``key_scratch``.
+        out_scratch: [query_tile_tokens, num_heads, head_size], query dtype.
+        attn_fn: attention for one sequence, see :data:`SectionAttnFn`.
+    """
+    assert key_scratch.shape[0] >= metadata.section_tokens
+    assert out_scratch.shape[0] >= metadata.query_tile_tokens
+    cu = metadata.cu_seqlens
+    tile_len = metadata.query_tile_tokens
+    for req in metadata.requests:
+        q0 = req.query_start
+        tiles = _tiles(req.query_len, tile_len)
+        lses = []
+        # The request's own tokens, causally, from the unquantised K/V.
+        for (start, end), cu_row in zip(tiles, req.own_cu_rows):
+            lses.append(
+                attn_fn(
+                    query[q0 + start : q0 + end],
+                    key[q0 : q0 + end],
+                    value[q0 : q0 + end],
+                    output[q0 + start : q0 + end],
+                    cu[cu_row, 0],
+                    cu[cu_row, 1],
+                    end - start,
+                    end,
+                    True,
+                    softmax_scale,
+                )
+            )
+        # Cached context: every query row sees every cached key.
+        sections = _tiles(req.context_len, metadata.section_tokens)
+        for (sec_start, sec_end), cu_rows in zip(sections, req.context_cu_rows):
+            sec_len = sec_end - sec_start
+            dequant_int8_pth_section(
+                kv_cache,
+                block_table,
+                req.block_table_row,
+                sec_start,
+                sec_len,
+                key_scratch,
+                value_scratch,
+            )
+            for (start, end), cu_row, lse in zip(tiles, cu_rows, lses):
+                part = out_scratch[: end - start]
+                sec_lse = attn_fn(
+                    query[q0 + start : q0 + end],
+                    key_scratch[:sec_len],
+                    value_scratch[:sec_len],
+                    part,
+                    cu[cu_row, 0],
+                    cu[cu_row, 1],
+                    end - start,
+                    sec_len,
+                    False,
+                    softmax_scale,
+                )
+                out_tile = output[q0 + start : q0 + end]
+                # In place: each element is read before it is written.
+                merge_attn_states(out_tile, out_tile, lse, part, sec_lse, lse)
