@@ -4,11 +4,12 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help venv install test test-tools test-fork patches check status clean
+.PHONY: help venv install test test-tools test-fork test-gpu patches check status clean
 
 help:
 	@echo "make install   build the fork wheel from the pinned upstream wheel and install it into $(VENV)"
 	@echo "make test      the whole CPU test suite (tool tests + fork tests + upstream regression)"
+	@echo "make test-gpu  the GPU regression suite (kernels at full size, backend, engine); skips without a GPU"
 	@echo "make patches   materialize the fork tree and export dist/patches/v0.26.0/NNNN-*.patch"
 	@echo "make check     series applies exactly, is canonical, passes upstream's lint"
 	@echo "make status    the series and the installed version"
@@ -30,6 +31,10 @@ test-tools: venv
 
 test-fork: venv
 	$(PY) -m forktool test
+
+# CUDA machines with the fork installed (`make install`); skips without a GPU.
+test-gpu: venv
+	$(PY) -m forktool test --gpu
 
 patches: venv
 	$(PY) -m forktool materialize

@@ -163,18 +163,26 @@ def cmd_test(args) -> int:
     for folder in ("tests", "benchmarks"):
         shutil.copytree(tree / folder, testroot / folder)
     shutil.copy2(tree / "pyproject.toml", testroot / "pyproject.toml")
+    suite_file = "gpu_suite.txt" if args.gpu else "cpu_suite.txt"
     suite = [
         line.strip()
-        for line in (args.root / "forktool" / "cpu_suite.txt").read_text().splitlines()
+        for line in (args.root / "forktool" / suite_file).read_text().splitlines()
         if line.strip() and not line.lstrip().startswith("#")
     ]
-    env = dict(
-        os.environ,
-        TRITON_INTERPRET="1",
-        CUDA_VISIBLE_DEVICES="",
-        HF_HUB_OFFLINE="1",
-        PYTHONDONTWRITEBYTECODE="1",
-    )
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
+    if args.gpu:
+        probe = subprocess.run(
+            [sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+            capture_output=True,
+            text=True,
+        )
+        if probe.stdout.strip() != "True":
+            print("forktool test --gpu: skipped: no CUDA device on this machine")
+            return 0
+    else:
+        # Triton kernels run on the CPU interpreter; an empty
+        # CUDA_VISIBLE_DEVICES keeps vLLM's triton_utils from disabling Triton.
+        env.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
     cmd = [
         sys.executable,
         "-m",
@@ -225,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("materialize", "save", "build", "install", "check", "table", "status"):
         sub.add_parser(name)
     test = sub.add_parser("test")
+    test.add_argument(
+        "--gpu", action="store_true", help="run forktool/gpu_suite.txt instead"
+    )
     test.add_argument("pytest_args", nargs="*", help="extra pytest arguments")
     exp = sub.add_parser("export")
     exp.add_argument("--dest", default=None)

@@ -1,0 +1,273 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""Shared pieces of the end-to-end INT8 KV-cache scripts in this folder.
+
+Every engine configuration runs in its own subprocess: a vLLM engine does not
+give its GPU memory back cleanly within a process.  A script calls
+:func:`spawn` with a JSON-able config; the child re-enters the same script
+with ``--_worker`` and calls the script's ``worker(config)`` function.
+
+Settings the engines share (Qwen3.5 text-only, no tokenizer, GDN prefill in
+Triton, ...) live in :func:`engine_kwargs`.
+"""
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parents[1]
+sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "models"))
+
+import make_hybrid_model  # noqa: E402
+
+# Engine configurations by name: (attention backend, KV-cache dtype).
+KV_CONFIGS = {
+    "bf16-fa": ("FLASH_ATTN", "auto"),
+    "bf16-triton": ("TRITON_ATTN", "auto"),
+    "int8-triton": ("TRITON_ATTN", "int8_per_token_head"),
+}
+
+# Where the fork counts which INT8 attention path (decode/verify, sectioned
+# prefill, stock kernel) ran, as "module:attribute".  The name is not final;
+# override with VLLM_E2E_PATH_COUNTER instead of editing the scripts.
+DEFAULT_PATH_COUNTER = (
+    "vllm.v1.attention.ops.triton_int8_sectioned_prefill:INT8_PTH_ATTN_PATH_COUNTS"
+)
+
+
+def log(msg: str) -> None:
+    """Progress line with a timestamp (long GPU runs print as they go)."""
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# --------------------------------------------------------------------------
+# Inputs
+
+
+def make_prompts(lengths: list[int], vocab_size: int, seed: int) -> list[list[int]]:
+    """Deterministic token-id prompts, drawn from the ordinary text tokens."""
+    import torch
+
+    limit = make_hybrid_model.prompt_vocab_size(vocab_size)
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, limit, (n,), generator=gen).tolist() for n in lengths]
+
+
+def model_vocab_size(model_dir: str) -> int:
+    config = json.loads(Path(model_dir, "config.json").read_text())
+    return config["text_config"]["vocab_size"]
+
+
+def ensure_models(
+    model: str | None, drafter: str | None, preset: str, results_dir: str
+) -> tuple[str, str]:
+    """Use the given model folders, or write the preset's into results_dir."""
+    if model is not None:
+        return model, drafter or f"{model.rstrip('/')}-dflash"
+    out = os.path.join(results_dir, "models", preset)
+    if not os.path.exists(os.path.join(out, "config.json")):
+        log(f"writing random {preset} model + DFlash drafter to {out}")
+        make_hybrid_model.make_models(preset, out, drafter=True)
+    return out, drafter or f"{out}-dflash"
+
+
+# --------------------------------------------------------------------------
+# Engine
+
+
+def engine_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``LLM``/``AsyncEngineArgs`` keyword arguments for one configuration.
+
+    ``cfg`` keys: model, kv (a KV_CONFIGS name), drafter (folder or None),
+    num_spec_tokens, max_model_len, max_num_batched_tokens, enforce_eager,
+    gpu_memory_utilization.
+    """
+    backend, kv_dtype = KV_CONFIGS[cfg["kv"]]
+    kwargs: dict[str, Any] = dict(
+        model=cfg["model"],
+        # vLLM 0.26 registers no text-only Qwen3.5 architecture.
+        language_model_only=True,
+        skip_tokenizer_init=True,
+        dtype="bfloat16",
+        kv_cache_dtype=kv_dtype,
+        attention_backend=backend,
+        # FlashInfer's GDN prefill is picked on SM90 without checking that
+        # flashinfer is installed; Triton's runs everywhere.
+        gdn_prefill_backend="triton",
+        enable_chunked_prefill=True,
+        # Prefix caching would let one prompt reuse another's KV blocks and
+        # hide differences between runs.
+        enable_prefix_caching=False,
+        max_model_len=cfg.get("max_model_len", 8192),
+        max_num_batched_tokens=cfg.get("max_num_batched_tokens", 512),
+        max_num_seqs=cfg.get("max_num_seqs", 16),
+        enforce_eager=cfg.get("enforce_eager", True),
+        gpu_memory_utilization=cfg.get("gpu_memory_utilization", 0.5),
+        seed=0,
+        disable_log_stats=False,
+        max_logprobs=cfg.get("max_logprobs", 20),
+    )
+    if cfg.get("drafter"):
+        kwargs["speculative_config"] = {
+            "method": "dflash",
+            "model": cfg["drafter"],
+            "num_speculative_tokens": cfg.get("num_spec_tokens", 5),
+        }
+    return kwargs
+
+
+def worker_env() -> dict[str, str]:
+    """Environment of an engine subprocess."""
+    env = dict(os.environ)
+    # Without flashinfer installed its sampler import fails.
+    env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+    # Keep the engine core in-process, so that collective_rpc callables and
+    # module-level counters are reachable without serialising code.
+    env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    env.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+    return env
+
+
+def spawn(script: str, cfg: dict[str, Any], timeout: float = 1800) -> dict[str, Any]:
+    """Run ``worker(cfg)`` of ``script`` in a fresh process; return its result."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg_path, out_path = Path(tmp, "cfg.json"), Path(tmp, "out.json")
+        cfg_path.write_text(json.dumps(cfg))
+        log(f"subprocess: {cfg.get('name', cfg)}")
+        proc = subprocess.run(
+            [sys.executable, script, "--_worker", str(cfg_path), str(out_path)],
+            env=worker_env(),
+            timeout=timeout,
+        )
+        if proc.returncode != 0 or not out_path.exists():
+            raise RuntimeError(
+                f"worker {cfg.get('name')} failed with exit code {proc.returncode}"
+            )
+        return json.loads(out_path.read_text())
+
+
+def maybe_run_worker(worker) -> None:
+    """Child side of :func:`spawn`: call ``worker`` and exit if asked to."""
+    if len(sys.argv) == 4 and sys.argv[1] == "--_worker":
+        cfg = json.loads(Path(sys.argv[2]).read_text())
+        result = worker(cfg)
+        Path(sys.argv[3]).write_text(json.dumps(result))
+        sys.exit(0)
+
+
+# --------------------------------------------------------------------------
+# Introspection of a live engine (in-process engine core, see worker_env)
+
+
+def read_path_counter() -> dict[str, int] | None:
+    """The fork's INT8 attention path counter, or None where there is none.
+
+    This is the one place that knows the counter's name: point it at the
+    final one with ``VLLM_E2E_PATH_COUNTER=module:attribute``.
+    """
+    spec = os.environ.get("VLLM_E2E_PATH_COUNTER", DEFAULT_PATH_COUNTER)
+    module_name, _, attr = spec.partition(":")
+    try:
+        counter = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError):
+        return None
+    return {str(k): int(v) for k, v in dict(counter).items()}
+
+
+def _drop_scale_views_rpc(worker) -> int:
+    from vllm.v1.attention.backends.triton_attn import TritonAttentionImpl
+
+    layers = worker.model_runner.vllm_config.compilation_config.static_forward_context
+    dropped = 0
+    for layer in layers.values():
+        impl = getattr(layer, "impl", None)
+        if isinstance(impl, TritonAttentionImpl):
+            impl._k_scale_cache = None
+            impl._v_scale_cache = None
+            dropped += 1
+    return dropped
+
+
+def drop_scale_views(llm) -> int:
+    """Forget every TritonAttentionImpl's per-token-head scale views.
+
+    Their next setup then happens inside the next forward pass, i.e. while a
+    request is live.  Covers drafter layers too (they are in the static
+    forward context).  Returns the number of impls touched.
+    """
+    return sum(llm.collective_rpc(_drop_scale_views_rpc))
+
+
+def spec_decode_stats(llm) -> dict[str, float] | None:
+    """Draft acceptance from vLLM's own spec-decode metrics."""
+    totals: dict[str, float] = {}
+    for metric in llm.get_metrics():
+        if metric.name.startswith("vllm:spec_decode_num_") and hasattr(metric, "value"):
+            totals[metric.name.removeprefix("vllm:spec_decode_")] = float(metric.value)
+    if not totals:
+        return None
+    drafted = totals.get("num_draft_tokens", 0.0)
+    accepted = totals.get("num_accepted_tokens", 0.0)
+    totals["acceptance_rate"] = accepted / drafted if drafted else 0.0
+    drafts = totals.get("num_drafts", 0.0)
+    totals["mean_acceptance_length"] = 1 + accepted / drafts if drafts else 0.0
+    return totals
+
+
+# --------------------------------------------------------------------------
+# Provenance
+
+
+def vllm_package_dir() -> Path:
+    """Folder of the vllm package that ``import vllm`` would load."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("vllm is not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def tree_digest(root: Path, pattern: str) -> str:
+    """sha256 over the relative paths and bytes of ``root.glob(pattern)``."""
+    h = hashlib.sha256()
+    for path in sorted(root.glob(pattern)):
+        if path.is_file():
+            h.update(str(path.relative_to(root)).encode() + b"\0")
+            h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def provenance() -> dict[str, str]:
+    """Digests of the installed vLLM's attention code and of these scripts."""
+    vdir = vllm_package_dir()
+    return {
+        "vllm_dir": str(vdir),
+        "vllm_attention_sha256": tree_digest(vdir, "v1/attention/**/*.py"),
+        "vllm_triton_attn_sha256": tree_digest(
+            vdir, "v1/attention/backends/triton_attn.py"
+        ),
+        "scripts_sha256": tree_digest(HERE, "*.py"),
+    }
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    """Index of the first differing token, or None when equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def save_json(path: str, obj: Any) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2)
+    log(f"wrote {path}")

@@ -1,0 +1,261 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""Greedy generation: INT8 per-token-head KV cache against BF16, with DFlash.
+
+Runs the tiny random Qwen3.5 model (benchmarks/models/make_hybrid_model.py)
+greedily in these configurations, each in its own process:
+
+- ``bf16-fa``: BF16 KV, FLASH_ATTN (the reference);
+- ``bf16-triton``: BF16 KV, TRITON_ATTN;
+- ``int8-triton``: ``int8_per_token_head`` KV, TRITON_ATTN;
+
+and each again with the DFlash drafter.  Prompts of several lengths run one
+at a time and then together (a batch of mixed lengths), with chunked prefill
+on (``--max-num-batched-tokens`` smaller than the long prompts).
+
+For each pair it reports the first divergent step of every prompt and, at
+that step, both runs' logprobs of the two competing tokens: a divergence
+where the reference run's margin between them is within rounding is a tie,
+anything else is a bug.  Speculative greedy is compared with non-speculative
+greedy on the same KV dtype, and DFlash acceptance (vLLM's spec-decode
+metrics) is reported per KV dtype.  With a random drafter acceptance is near
+zero; it is reported, not judged.
+
+Example (on a GPU)::
+
+    python benchmarks/e2e/greedy_compare.py --results-dir benchmarks/results/e2e
+"""
+
+import argparse
+import os
+import sys
+
+from e2e_common import (
+    drop_scale_views,
+    engine_kwargs,
+    ensure_models,
+    first_divergence,
+    log,
+    make_prompts,
+    maybe_run_worker,
+    model_vocab_size,
+    provenance,
+    read_path_counter,
+    save_json,
+    spawn,
+    spec_decode_stats,
+)
+
+# Prompt lengths: shorter than one block, one chunk, several chunks, and
+# past the drafter's 2,048-token window.
+PROMPT_LENGTHS = [5, 100, 700, 2500, 4000]
+# Logits come out of the output head in BF16; with the generator's logit std
+# of 6 the top logits lie around 16-32, where one BF16 step is 0.125 nats.
+# A reference margin of at most two steps is a tie within rounding.
+TIE_NATS = 0.25
+
+
+def worker(cfg: dict) -> dict:
+    """Child process: one engine, singles then the mixed batch."""
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(**engine_kwargs(cfg))
+    if cfg.get("drop_scale_views"):
+        log(f"dropped scale views of {drop_scale_views(llm)} attention impls")
+    params = SamplingParams(
+        temperature=0.0,
+        max_tokens=cfg["max_tokens"],
+        logprobs=cfg.get("logprobs", 20),
+        ignore_eos=True,
+    )
+    prompts = [{"prompt_token_ids": p} for p in cfg["prompts"]]
+    runs = {}
+    for mode in cfg.get("modes", ["single", "batch"]):
+        if mode == "single":
+            outs = [llm.generate([p], params, use_tqdm=False)[0] for p in prompts]
+        else:
+            outs = llm.generate(prompts, params, use_tqdm=False)
+        runs[mode] = [
+            {
+                "tokens": list(o.outputs[0].token_ids),
+                # Top-k logprobs per step, token id -> logprob.
+                "logprobs": [
+                    {str(t): lp.logprob for t, lp in step.items()}
+                    for step in (o.outputs[0].logprobs or [])
+                ],
+            }
+            for o in outs
+        ]
+        log(f"{cfg['name']}: {mode} done")
+    return {
+        "name": cfg["name"],
+        "runs": runs,
+        "spec_decode": spec_decode_stats(llm) if cfg.get("drafter") else None,
+        "path_counter": read_path_counter(),
+        "provenance": provenance(),
+    }
+
+
+def compare(ref: dict, other: dict, tie_nats: float = TIE_NATS) -> dict:
+    """Per-prompt first divergence of ``other`` against ``ref``."""
+    result = {}
+    for mode, ref_runs in ref["runs"].items():
+        rows = []
+        for i, (a, b) in enumerate(zip(ref_runs, other["runs"].get(mode, []))):
+            step = first_divergence(a["tokens"], b["tokens"])
+            row: dict = {"prompt": i, "first_divergence": step}
+            if step is not None and step < min(len(a["tokens"]), len(b["tokens"])):
+                ta, tb = str(a["tokens"][step]), str(b["tokens"][step])
+                la, lb = a["logprobs"][step], b["logprobs"][step]
+                # None: the token was not in that run's top-k logprobs.
+                row["tokens"] = [int(ta), int(tb)]
+                row["ref_logprobs"] = [la.get(ta), la.get(tb)]
+                row["other_logprobs"] = [lb.get(ta), lb.get(tb)]
+                margin = None if la.get(tb) is None else la[ta] - la[tb]
+                row["ref_margin"] = margin
+                row["tie"] = margin is not None and margin <= tie_nats
+            rows.append(row)
+        result[mode] = rows
+    return result
+
+
+def summarize(comparison: dict) -> dict:
+    rows = [r for mode in comparison.values() for r in mode]
+    diverged = [r for r in rows if r["first_divergence"] is not None]
+    return {
+        "prompts": len(rows),
+        "identical": len(rows) - len(diverged),
+        "ties": sum(bool(r.get("tie")) for r in diverged),
+        "non_ties": sum(not r.get("tie") for r in diverged),
+    }
+
+
+def plot(path: str, comparisons: dict, max_tokens: int) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib not installed: no plot")
+        return
+    names = list(comparisons)
+    fig, ax = plt.subplots(figsize=(10, 0.5 + 0.4 * len(names)))
+    for y, name in enumerate(names):
+        for mode, rows in comparisons[name].items():
+            xs = [
+                max_tokens if r["first_divergence"] is None else r["first_divergence"]
+                for r in rows
+            ]
+            ax.scatter(xs, [y] * len(xs), marker="o" if mode == "single" else "x")
+    ax.set_yticks(range(len(names)), names)
+    ax.set_xlabel(f"first divergent step ({max_tokens} = identical)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    log(f"wrote {path}")
+
+
+def run(args: argparse.Namespace) -> dict:
+    model, drafter = ensure_models(args.model, args.drafter, "tiny", args.results_dir)
+    prompts = make_prompts(args.prompt_lengths, model_vocab_size(model), seed=0)
+    base = {
+        "model": model,
+        "prompts": prompts,
+        "max_tokens": args.max_tokens,
+        "max_model_len": max(args.prompt_lengths) + args.max_tokens + 64,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "enforce_eager": not args.cuda_graphs,
+        "num_spec_tokens": args.num_spec_tokens,
+    }
+    names = []
+    for kv in args.kv:
+        names.append(kv)
+        if not args.no_dflash:
+            names.append(f"{kv}+dflash")
+    results = {}
+    for name in names:
+        kv, _, spec = name.partition("+")
+        cfg = dict(base, name=name, kv=kv, drafter=drafter if spec else None)
+        results[name] = spawn(os.path.abspath(__file__), cfg)
+
+    pairs = [
+        ("bf16-fa", "bf16-triton"),
+        ("bf16-fa", "int8-triton"),
+        ("bf16-triton", "int8-triton"),
+    ]
+    pairs += [(kv, f"{kv}+dflash") for kv in args.kv]
+    if not args.no_dflash:
+        pairs += [
+            ("bf16-fa+dflash", "int8-triton+dflash"),
+            ("bf16-triton+dflash", "int8-triton+dflash"),
+        ]
+    comparisons, summary = {}, {}
+    for ref, other in pairs:
+        if ref in results and other in results:
+            key = f"{other} vs {ref}"
+            comparisons[key] = compare(results[ref], results[other], args.tie_nats)
+            summary[key] = summarize(comparisons[key])
+            log(f"{key}: {summary[key]}")
+    report = {
+        "prompt_lengths": args.prompt_lengths,
+        "max_tokens": args.max_tokens,
+        "tie_nats": args.tie_nats,
+        "summary": summary,
+        "comparisons": comparisons,
+        "spec_decode": {n: r["spec_decode"] for n, r in results.items()},
+        "path_counter": {n: r["path_counter"] for n, r in results.items()},
+        "provenance": {n: r["provenance"] for n, r in results.items()},
+        "tokens": {n: r["runs"] for n, r in results.items()},
+    }
+    save_json(os.path.join(args.results_dir, "greedy_compare.json"), report)
+    plot(
+        os.path.join(args.results_dir, "greedy_compare.png"),
+        comparisons,
+        args.max_tokens,
+    )
+    return report
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    p.add_argument("--model", help="tiny target folder (default: write one)")
+    p.add_argument("--drafter", help="DFlash drafter folder (default <model>-dflash)")
+    p.add_argument("--results-dir", default="benchmarks/results/e2e")
+    p.add_argument(
+        "--kv",
+        nargs="+",
+        default=["bf16-fa", "bf16-triton", "int8-triton"],
+        choices=["bf16-fa", "bf16-triton", "int8-triton"],
+    )
+    p.add_argument("--no-dflash", action="store_true")
+    p.add_argument("--prompt-lengths", type=int, nargs="+", default=PROMPT_LENGTHS)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--max-num-batched-tokens", type=int, default=512)
+    p.add_argument("--num-spec-tokens", type=int, default=5)
+    p.add_argument(
+        "--tie-nats",
+        type=float,
+        default=TIE_NATS,
+        help="a divergence is a tie when the reference's margin is at most this",
+    )
+    p.add_argument(
+        "--cuda-graphs", action="store_true", help="do not pass enforce_eager"
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    report = run(args)
+    non_ties = sum(s["non_ties"] for s in report["summary"].values())
+    log(f"divergences that are not ties: {non_ties}")
+    return 1 if non_ties else 0
+
+
+if __name__ == "__main__":
+    maybe_run_worker(worker)
+    sys.exit(main())

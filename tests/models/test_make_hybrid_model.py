@@ -1,0 +1,273 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""CPU tests of benchmarks/models/make_hybrid_model.py.
+
+The generated models must be byte-for-byte reproducible, parse with vLLM's
+config classes, and provide exactly the weights vLLM 0.26.0's
+``Qwen3_5ForConditionalGeneration`` and ``DFlashQwen3ForCausalLM`` load.  The
+last check instantiates the vLLM model classes on the CPU in a subprocess
+(the CPU platform and a process group have to be set up for that).
+"""
+
+import hashlib
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "models"))
+
+import make_hybrid_model as mhm  # noqa: E402
+
+
+def _tree_digest(folder: Path) -> dict[str, str]:
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.iterdir())
+    }
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("models") / "tiny"
+    folders = mhm.make_models("tiny", str(out), drafter=True)
+    return {k: Path(v) for k, v in folders.items()}
+
+
+def test_same_command_same_bytes(tiny, tmp_path):
+    again = mhm.main(["--preset", "tiny", "--out", str(tmp_path / "t"), "--drafter"])
+    for key in ("target", "drafter"):
+        assert _tree_digest(tiny[key]) == _tree_digest(Path(again[key]))
+    other = mhm.make_models("tiny", str(tmp_path / "s1"), seed=1)
+    assert (
+        _tree_digest(Path(other["target"]))["model.safetensors"]
+        != _tree_digest(tiny["target"])["model.safetensors"]
+    )
+
+
+@pytest.mark.parametrize("preset", sorted(mhm.PRESETS))
+def test_config_parses_with_vllm(preset, tmp_path):
+    from vllm.transformers_utils.config import get_config
+
+    target, drafter = mhm.PRESETS[preset]
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "config.json").write_text(json.dumps(mhm.target_config(target)))
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "config.json").write_text(
+        json.dumps(mhm.drafter_config(target, drafter))
+    )
+    config = get_config(str(tmp_path / "t"), trust_remote_code=False)
+    assert config.architectures == ["Qwen3_5ForConditionalGeneration"]
+    text = config.text_config
+    assert text.model_type == "qwen3_5_text"
+    assert text.layer_types == [
+        "full_attention" if i % 4 == 3 else "linear_attention"
+        for i in range(target.num_hidden_layers)
+    ]
+    assert (text.num_attention_heads, text.num_key_value_heads, text.head_dim) == (
+        24,
+        4,
+        256,
+    )
+    rope = text.rope_parameters
+    assert (
+        sum(rope["mrope_section"]) * 2 == text.head_dim * rope["partial_rotary_factor"]
+    )
+    if preset == "27b-geometry":
+        assert text.hidden_size == 5120
+        assert (text.linear_num_key_heads, text.linear_num_value_heads) == (16, 48)
+        assert (text.linear_key_head_dim, text.linear_value_head_dim) == (128, 128)
+        assert text.linear_conv_kernel_dim == 4
+
+    draft = get_config(str(tmp_path / "d"), trust_remote_code=False)
+    assert draft.architectures == ["DFlashDraftModel"]
+    assert draft.layer_types == ["sliding_attention"] * 5
+    assert draft.sliding_window == 2048
+    assert draft.dflash_config["mask_token_id"] < text.vocab_size
+    assert max(draft.dflash_config["target_layer_ids"]) < text.num_hidden_layers
+
+
+def test_tensor_names_and_shapes(tiny):
+    target, drafter = mhm.PRESETS["tiny"]
+    for folder, specs in (
+        (tiny["target"], mhm.target_tensor_specs(target, 6.0)),
+        (tiny["drafter"], mhm.drafter_tensor_specs(target, drafter)),
+    ):
+        expected = {name: shape for name, shape, *_ in specs}
+        with safe_open(str(folder / "model.safetensors"), "pt") as f:
+            names = list(f.keys())  # noqa: SIM118 (a safetensors handle)
+            got = {name: tuple(f.get_slice(name).get_shape()) for name in names}
+            assert got == expected
+            assert all(f.get_slice(n).get_dtype() == "BF16" for n in names)
+
+
+def test_output_head_gives_confident_logits(tiny):
+    """Logits of a unit-RMS hidden state have std ``logit_std``."""
+    with safe_open(str(tiny["target"] / "model.safetensors"), "pt") as f:
+        head = f.get_tensor("lm_head.weight").float()
+    hidden = torch.randn(64, head.shape[1], generator=torch.Generator().manual_seed(0))
+    logits = hidden @ head.T
+    assert logits.std().item() == pytest.approx(6.0, rel=0.05)
+    top2 = logits.topk(2, dim=-1).values
+    # A margin of a few nats between the two best tokens is typical.
+    assert (top2[:, 0] - top2[:, 1]).median().item() > 0.5
+
+
+def test_drafter_layer_ids_spread():
+    assert mhm.drafter_target_layer_ids(64) == [1, 16, 31, 46, 61]
+    assert mhm.drafter_target_layer_ids(8) == [1, 2, 3, 4, 5]
+
+
+def _run_vllm_load_check(*args: str) -> None:
+    proc = subprocess.run(
+        # -P: do not put this folder (it has a "transformers" package) on sys.path.
+        [sys.executable, "-P", __file__, *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "LOAD-CHECK OK" in proc.stdout
+
+
+def test_vllm_loads_every_tiny_weight(tiny):
+    _run_vllm_load_check("files", str(tiny["target"]), str(tiny["drafter"]))
+
+
+def test_vllm_accepts_27b_geometry_shapes(tmp_path):
+    # Configs only, fed with zero tensors of the generator's shapes.  A small
+    # vocabulary and MLP keep it light; the attention and GDN shapes, the
+    # ones that matter here, are the real ones.
+    target, drafter = mhm.PRESETS["27b-geometry"]
+    target = mhm.dataclasses.replace(
+        target, num_hidden_layers=4, vocab_size=1024, intermediate_size=256
+    )
+    drafter = mhm.dataclasses.replace(drafter, intermediate_size=256)
+    for name, config in (
+        ("t", mhm.target_config(target)),
+        ("d", mhm.drafter_config(target, drafter)),
+    ):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+    _run_vllm_load_check("specs", str(tmp_path / "t"), str(tmp_path / "d"))
+
+
+# --------------------------------------------------------------------------
+# Subprocess side of the load check.
+
+
+def _load_check(source: str, target_dir: str, drafter_dir: str) -> None:
+    """Instantiate vLLM's model classes on the CPU and load weights into them.
+
+    With ``source == "files"`` the tensors come from the written files, with
+    ``"specs"`` they are zeros of the shapes the generator writes.  Every
+    parameter starts as NaN and must be overwritten, except those a DFlash
+    drafter shares with its target.
+    """
+    import tempfile
+
+    import vllm.platforms
+    from vllm.platforms.cpu import CpuPlatform
+
+    # The CUDA wheel on a machine without a GPU detects no platform; the CPU
+    # platform lets the layers be built (no kernel runs here).
+    vllm.platforms._current_platform = CpuPlatform()
+    # SiluAndMul resolves its custom op at construction; nothing calls it.
+    lib = torch.library.Library("_C", "FRAGMENT")
+    if not hasattr(torch.ops._C, "silu_and_mul"):
+        lib.define("silu_and_mul(Tensor! out, Tensor input) -> ()")
+
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import (
+        init_distributed_environment,
+        initialize_model_parallel,
+    )
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.model_executor.model_loader.utils import initialize_model
+
+    args = EngineArgs(
+        model=target_dir,
+        language_model_only=True,
+        skip_tokenizer_init=True,
+        dtype="bfloat16",
+        max_model_len=4096,
+        enforce_eager=True,
+        speculative_config={
+            "method": "dflash",
+            "model": drafter_dir,
+            "num_speculative_tokens": 5,
+        },
+    )
+    config = args.create_engine_config()
+    target_cfg = json.loads(Path(target_dir, "config.json").read_text())
+    draft_cfg = json.loads(Path(drafter_dir, "config.json").read_text())
+
+    def shape_of(cfg: dict) -> mhm.TargetShape:
+        text = cfg["text_config"]
+        fields = {f.name for f in mhm.dataclasses.fields(mhm.TargetShape)}
+        return mhm.TargetShape(**{k: v for k, v in text.items() if k in fields})
+
+    tshape = shape_of(target_cfg)
+    dshape = mhm.DrafterShape(
+        num_hidden_layers=draft_cfg["num_hidden_layers"],
+        intermediate_size=draft_cfg["intermediate_size"],
+        num_attention_heads=draft_cfg["num_attention_heads"],
+        num_key_value_heads=draft_cfg["num_key_value_heads"],
+        head_dim=draft_cfg["head_dim"],
+    )
+
+    def weights(folder: str, specs):
+        if source == "specs":
+            for name, shape, *_ in specs:
+                yield name, torch.zeros(shape, dtype=torch.bfloat16)
+            return
+        with safe_open(str(Path(folder, "model.safetensors")), "pt") as f:
+            for name in f.keys():  # noqa: SIM118
+                yield name, f.get_tensor(name)
+
+    with set_current_vllm_config(config):
+        init_distributed_environment(
+            world_size=1,
+            rank=0,
+            local_rank=0,
+            distributed_init_method=f"file://{tempfile.mktemp()}",
+            backend="gloo",
+        )
+        initialize_model_parallel(1, 1)
+        for model_config, specs, shared in (
+            (config.model_config, mhm.target_tensor_specs(tshape, 6.0), ()),
+            (
+                config.speculative_config.draft_model_config,
+                mhm.drafter_tensor_specs(tshape, dshape),
+                # DFlash drafters share these with the target model.
+                ("embed_tokens", "lm_head", "mask_embedding"),
+            ),
+        ):
+            with torch.device("cpu"):
+                model = initialize_model(vllm_config=config, model_config=model_config)
+            params = dict(model.named_parameters())
+            for p in params.values():
+                if p.is_floating_point():
+                    p.data.fill_(math.nan)
+            folder = target_dir if model_config is config.model_config else drafter_dir
+            model.load_weights(weights(folder, specs))
+            not_loaded = sorted(
+                n
+                for n, p in params.items()
+                if p.is_floating_point()
+                and p.isnan().any()
+                and not any(s in n for s in shared)
+            )
+            assert not not_loaded, f"{type(model).__name__}: {not_loaded}"
+            print(f"{type(model).__name__}: {len(params)} parameters loaded")
+    print("LOAD-CHECK OK")
+
+
+if __name__ == "__main__":
+    _load_check(*sys.argv[1:4])
