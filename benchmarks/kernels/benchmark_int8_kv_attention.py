@@ -3,7 +3,7 @@
 """Decode / speculative-verify attention over the INT8 per-token-head cache.
 
 Times, side by side on the same data, upstream's unified Triton kernel on the
-INT8 cache (byte-addressed and word-addressed), the split-KV INT8 kernel,
+INT8 cache (byte-addressed and with aligned row loads), the split-KV INT8 kernel,
 upstream's Triton kernel on a BF16 cache and BF16 FlashAttention.  Each
 number is the median time of one layer call, taken from CUDA-graph replays
 that cycle through more cache copies than fit in L2.
@@ -172,17 +172,17 @@ def make_impls(case, geometry=None, integer_qk=False):
         torch.empty(MAX_PARTIALS, case.nq, device=DEVICE),
         torch.empty(MAX_PARTIALS, case.nq, device=DEVICE),
     )
-    word_views = tua._int8_kv_word_views
+    inline_v_offset = tua._int8_kv_inline_v_offset
 
     def int8_bytes(i):
         # Upstream behaviour: byte-addressed loads, scattered scale loads.
-        tua._int8_kv_word_views = lambda *a: None
+        tua._int8_kv_inline_v_offset = lambda *a: -1
         try:
             _unified(case, *case.int8[i], int8=True)
         finally:
-            tua._int8_kv_word_views = word_views
+            tua._int8_kv_inline_v_offset = inline_v_offset
 
-    def int8_words(i):
+    def int8_aligned(i):
         _unified(case, *case.int8[i], int8=True)
 
     def split_kv(i):
@@ -208,7 +208,7 @@ def make_impls(case, geometry=None, integer_qk=False):
 
     impls = {
         "triton_int8_upstream": (int8_bytes, True),
-        "triton_int8_words": (int8_words, True),
+        "triton_int8_aligned": (int8_aligned, True),
         "int8_split_kv": (split_kv, True),
         "triton_bf16": (triton_bf16, False),
     }

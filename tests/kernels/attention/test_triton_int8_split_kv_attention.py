@@ -11,7 +11,10 @@ import pytest
 import torch
 
 from vllm.platforms import current_platform
-from vllm.v1.attention.ops.triton_unified_attention import unified_attention
+from vllm.v1.attention.ops.triton_unified_attention import (
+    _int8_kv_inline_v_offset,
+    unified_attention,
+)
 from vllm.v1.kv_cache_interface import KVQuantMode
 
 DEVICE_TYPE = "cuda" if current_platform.is_cuda() else "cpu"
@@ -118,7 +121,7 @@ def _make_inputs(num_heads, head_size, query_lens, kv_lens, num_blocks, dtype):
 def test_unified_attention_int8_per_token_head(
     num_heads, head_size, seq_threshold_3D, inline_scales
 ):
-    """Upstream's unified kernel on the INT8 cache: word-addressed loads with
+    """Upstream's unified kernel on the INT8 cache: aligned row loads with
     inline scales, and the byte path when scales live elsewhere."""
     torch.set_default_device(DEVICE_TYPE)
     torch.manual_seed(4)
@@ -131,6 +134,11 @@ def test_unified_attention_int8_per_token_head(
         key_cache = key_cache[..., :head_size].contiguous()
         value_cache = value_cache[..., :head_size].contiguous()
         k_scale, v_scale = k_scale.contiguous(), v_scale.contiguous()
+    # The launcher takes the aligned path exactly for the backend's layout.
+    v_offset = _int8_kv_inline_v_offset(
+        key_cache, value_cache, k_scale, v_scale, head_size
+    )
+    assert (v_offset == head_size + 4) if inline_scales else (v_offset == -1)
     num_query_heads = num_heads[0]
     segments = 16
     scale = head_size**-0.5
