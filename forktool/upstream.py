@@ -129,18 +129,32 @@ def _download(url: str, dest: Path) -> None:
         shutil.copyfileobj(resp, f)
 
 
-def fetch_sdist(root: Path, pin: Pin, given: Path | None = None) -> Path:
-    """Path of the verified sdist: the given file, or the cached download."""
+def _given_or_cached(
+    root: Path, given: Path | None, filename: str, sha256: str, what: str
+) -> Path:
+    """The verified given file, else the cache path (verified if present).
+
+    A missing cache file is left for the caller to download; its parent
+    folder exists on return.
+    """
     if given is not None:
         if not given.is_file():
-            raise ForkError(f"{given}: sdist not found")
-        verify(given, pin.sdist_sha256)
+            raise ForkError(f"{given}: {what} not found")
+        verify(given, sha256)
         return given
-    cached = cache_dir(root) / pin.sdist
+    cached = cache_dir(root) / filename
     if cached.is_file():
-        verify(cached, pin.sdist_sha256)
+        verify(cached, sha256)
+    else:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+    return cached
+
+
+def fetch_sdist(root: Path, pin: Pin, given: Path | None = None) -> Path:
+    """Path of the verified sdist: the given file, or the cached download."""
+    cached = _given_or_cached(root, given, pin.sdist, pin.sdist_sha256, "sdist")
+    if cached.is_file():
         return cached
-    cached.parent.mkdir(parents=True, exist_ok=True)
     print(f"fetching {pin.sdist} through pip's index configuration", flush=True)
     for index in _pip_index_urls():
         url = _find_in_index(index, pin.name, pin.sdist)
@@ -157,16 +171,9 @@ def fetch_sdist(root: Path, pin: Pin, given: Path | None = None) -> Path:
 
 def fetch_wheel(root: Path, pin: Pin, given: Path | None = None) -> Path:
     """Path of the verified upstream wheel (``pip download`` into the cache)."""
-    if given is not None:
-        if not given.is_file():
-            raise ForkError(f"{given}: wheel not found")
-        verify(given, pin.wheel_sha256)
-        return given
-    cached = cache_dir(root) / pin.wheel
+    cached = _given_or_cached(root, given, pin.wheel, pin.wheel_sha256, "wheel")
     if cached.is_file():
-        verify(cached, pin.wheel_sha256)
         return cached
-    cached.parent.mkdir(parents=True, exist_ok=True)
     print(f"fetching {pin.wheel} with pip download", flush=True)
     with tempfile.TemporaryDirectory(dir=cached.parent) as tmp:
         subprocess.run(
