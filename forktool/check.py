@@ -108,9 +108,14 @@ def check_lint(tree: Path, tag: str) -> list[str]:
 
 def run_check(root: Path, series: Series, tree: Path, tag: str) -> list[str]:
     problems = []
-    tracked = subprocess.run(
-        ["git", "ls-files"], cwd=root, capture_output=True, text=True
+    # Files of the working tree (tracked or not ignored) that exist now.
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=root,
+        capture_output=True,
+        text=True,
     ).stdout.split()
+    tracked = [f for f in listed if (root / f).is_file()]
     for f in unclaimed_files(root, tracked, series):
         problems.append(f"{f}: under an upstream folder but no commit adds it")
     problems += check_commits(series, tree, tag)

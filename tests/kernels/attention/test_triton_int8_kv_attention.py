@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""INT8 per-token-head KV cache: word-addressed path of the unified Triton
+"""INT8 per-token-head KV cache: aligned-row path of the unified Triton
 kernel.
 
 On CPU the Triton interpreter runs a representative subset at small sizes
