@@ -76,7 +76,7 @@ def check_commits(series: Series, tree: Path, tag: str) -> list[str]:
     return problems
 
 
-def check_lint(tree: Path, tag: str) -> list[str]:
+def check_lint(tree: Path, tag: str, hooks=UPSTREAM_HOOKS) -> list[str]:
     """Run ruff and upstream's pre-commit scripts on the files we touch."""
     out = git(
         tree, "diff", "--name-only", "--diff-filter=AM", tag, "HEAD", "--", "*.py"
@@ -93,10 +93,13 @@ def check_lint(tree: Path, tag: str) -> list[str]:
         )
         if res.returncode != 0:
             problems.append(f"ruff {' '.join(args)}:\n{res.stdout}{res.stderr}")
-    for hook in UPSTREAM_HOOKS:
+    for hook in hooks:
         files = added if "spdx" in hook else out
         files = [f for f in files if f.endswith(".py")]
         if not files:
+            continue
+        if not (tree / hook).is_file():
+            problems.append(f"{hook}: not in the materialized tree")
             continue
         res = subprocess.run(
             [sys.executable, hook, *files], cwd=tree, capture_output=True, text=True
@@ -106,7 +109,9 @@ def check_lint(tree: Path, tag: str) -> list[str]:
     return problems
 
 
-def run_check(root: Path, series: Series, tree: Path, tag: str) -> list[str]:
+def run_check(
+    root: Path, series: Series, tree: Path, tag: str, hooks=UPSTREAM_HOOKS
+) -> list[str]:
     problems = []
     # Files of the working tree (tracked or not ignored) that exist now.
     listed = subprocess.run(
@@ -119,7 +124,7 @@ def run_check(root: Path, series: Series, tree: Path, tag: str) -> list[str]:
     for f in unclaimed_files(root, tracked, series):
         problems.append(f"{f}: under an upstream folder but no commit adds it")
     problems += check_commits(series, tree, tag)
-    problems += check_lint(tree, tag)
+    problems += check_lint(tree, tag, hooks)
     if not table_is_current(root, series):
         problems.append("PATCHES.md: commit table is stale; run `forktool table`")
     return problems

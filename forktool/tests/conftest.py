@@ -17,7 +17,7 @@ UPSTREAM_FILES = {
     "vllm/__init__.py": "from .version import __version__\n",
     "vllm/version.py": "from ._version import __version__\n",
     "vllm/_version.py": "__version__ = version = '1.2.0'\n",
-    "vllm/attn.py": "".join(f"line {i}\n" for i in range(1, 41)),
+    "vllm/attn.txt": "".join(f"line {i}\n" for i in range(1, 41)),
     "tests/test_attn.py": "def test_x():\n    assert True\n",
     "setup.py": "# upstream setup\n",
 }
@@ -78,10 +78,10 @@ It was wrong.
 
 Signed-off-by: {author}
 ---
-diff --git a/vllm/attn.py b/vllm/attn.py
+diff --git a/vllm/attn.txt b/vllm/attn.txt
 index 0000000..1111111 100644
---- a/vllm/attn.py
-+++ b/vllm/attn.py
+--- a/vllm/attn.txt
++++ b/vllm/attn.txt
 @@ -18,5 +18,5 @@ line 17
  line 18
  line 19

@@ -42,9 +42,9 @@ def test_materialize_tags_pristine_tree_and_commits_series(fork: Path):
     tree = tree_of(fork)
     log = git(tree, "log", "--format=%s|%an <%ae>", "v1.2.0..HEAD").stdout
     assert log.strip() == f"[Bugfix] Change line 20 of attn|{AUTHOR}"
-    pristine = git(tree, "show", "v1.2.0:vllm/attn.py").stdout
+    pristine = git(tree, "show", "v1.2.0:vllm/attn.txt").stdout
     assert "line 20\n" in pristine and "(fixed)" not in pristine
-    assert "line 20 (fixed)\n" in (tree / "vllm/attn.py").read_text()
+    assert "line 20 (fixed)\n" in (tree / "vllm/attn.txt").read_text()
     assert (tree / "tests/test_new.py").is_file()
     body = git(tree, "log", "-1", "--format=%B").stdout
     assert f"Signed-off-by: {AUTHOR}" in body
@@ -75,8 +75,8 @@ def test_export_applies_with_git_am_and_equals_tree(fork: Path, tmp_path: Path):
 def test_save_round_trip(fork: Path):
     assert run(fork, "materialize") == 0
     tree = tree_of(fork)
-    (tree / "vllm/attn.py").write_text(
-        (tree / "vllm/attn.py").read_text().replace("line 30\n", "line 30 (too)\n")
+    (tree / "vllm/attn.txt").write_text(
+        (tree / "vllm/attn.txt").read_text().replace("line 30\n", "line 30 (too)\n")
     )
     (tree / "vllm/extra.py").write_text("X = 1\n")
     git(tree, "add", "-A")
@@ -117,7 +117,7 @@ def test_patch_that_no_longer_applies_names_patch_file_and_hunk(fork, capsys):
     patch.write_text(patch.read_text().replace(" line 21\n", " line 21 moved\n"))
     assert run(fork, "materialize") == 2
     err = capsys.readouterr().err
-    assert "0001-fix.patch" in err and "vllm/attn.py" in err and "hunk #1" in err
+    assert "0001-fix.patch" in err and "vllm/attn.txt" in err and "hunk #1" in err
     # The previous tree is left as it was, and no partial tree remains.
     assert head(tree_of(fork)) == good_head
     leftovers = [p.name for p in tree_of(fork).parent.iterdir()]
@@ -149,7 +149,7 @@ def test_built_wheel_installs_reports_version_and_uninstalls(fork, tmp_path):
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
         assert z.read("vllm/_C.abi3.so") == b"\x7fELF binary payload"
-        assert b"line 20 (fixed)" in z.read("vllm/attn.py")
+        assert b"line 20 (fixed)" in z.read("vllm/attn.txt")
         info = f"vllm-{version}.dist-info/"
         assert f"Version: {version}" in z.read(info + "METADATA").decode()
         rows = list(csv.reader(io.StringIO(z.read(info + "RECORD").decode())))
@@ -195,3 +195,53 @@ def test_pin_matches_issue(fork: Path):
     assert (pin.version, pin.tag) == ("0.26.0", "v0.26.0")
     assert pin.sdist_sha256.startswith("23e9fa19d7e2")
     assert pin.wheel_sha256.startswith("adb1e4c9b46d")
+
+
+def _check(fork: Path, mutate=None) -> list[str]:
+    """Canonicalize the fixture series (materialize + save), apply ``mutate``,
+    then run the series check (without upstream's hook scripts, which the
+    miniature upstream does not have)."""
+    from forktool.check import run_check
+    from forktool.series import read_series
+    from forktool.table import write_table
+    from forktool.upstream import read_pin
+
+    assert run(fork, "materialize") == 0 and run(fork, "save") == 0
+    if mutate is not None:
+        mutate(next((fork / "patches").glob("0001-*.patch")))
+    assert run(fork, "materialize") == 0
+    write_table(fork, read_series(fork))
+    subprocess.run(["git", "add", "-A"], cwd=fork, check=True)
+    pin = read_pin(fork)
+    return run_check(fork, read_series(fork), tree_of(fork), pin.tag, hooks=())
+
+
+def test_check_passes_on_canonical_series(fork: Path):
+    assert _check(fork) == []
+
+
+def test_check_flags_patch_applied_at_an_offset(fork: Path):
+    def shift(patch: Path) -> None:
+        text = patch.read_text()
+        assert "@@ -17,7 +17,7 @@" in text
+        patch.write_text(text.replace("@@ -17,7 +17,7 @@", "@@ -16,7 +16,7 @@"))
+
+    problems = _check(fork, shift)
+    assert len(problems) == 1 and "not canonical" in problems[0]
+
+
+def test_check_flags_unclaimed_and_unsigned(fork: Path):
+    def unsign(patch: Path) -> None:
+        patch.write_text(patch.read_text().replace(f"Signed-off-by: {AUTHOR}\n", ""))
+        (fork / "vllm").mkdir()
+        (fork / "vllm" / "stray.py").write_text("X = 1\n")
+
+    problems = _check(fork, unsign)
+    assert any("vllm/stray.py" in p and "no commit adds it" in p for p in problems)
+    assert any("lacks 'Signed-off-by" in p for p in problems)
+
+
+def test_check_runs_ruff_on_touched_python(fork: Path):
+    (fork / "tests/test_new.py").write_text("import os\ndef test_new():\n    pass\n")
+    problems = _check(fork)
+    assert any(p.startswith("ruff check") and "F401" in p for p in problems)
