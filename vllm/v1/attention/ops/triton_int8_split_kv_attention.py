@@ -105,40 +105,53 @@ def select_int8_split_kv_geometry(
     return Int8SplitKVGeometry(tile_size, num_segments, base.num_warps, base.num_stages)
 
 
-def int8_split_kv_supported(
+def int8_split_kv_layer_supported(
     head_size: int,
-    query_dtype: torch.dtype,
-    max_query_len: int,
     *,
-    causal: bool | torch.Tensor,
     sliding_window: int,
     use_alibi: bool,
     softcap: float,
     use_sinks: bool,
-    use_mm_prefix: bool,
-    use_rswa: bool,
     chunk_lookback: int,
-    use_output_quant: bool,
 ) -> bool:
-    """Whether a step can run on the split-KV INT8 kernel.
+    """Whether an attention layer's configuration fits the split-KV kernel.
 
-    Decode/verify steps (at most ``MAX_QUERY_LEN`` query tokens per request)
-    of plain causal attention qualify; sliding window, ALiBi, soft-capping,
-    sinks, multimodal prefixes, R-SWA, chunked attention and fused output
-    quantization keep the unified kernel.
+    Plain causal attention qualifies; sliding window, ALiBi, soft-capping,
+    sinks and chunked attention keep the unified kernel.  Fixed per layer,
+    so callers decide it once; :func:`int8_split_kv_step_supported` covers
+    what changes from step to step.
     """
     return (
-        max_query_len <= MAX_QUERY_LEN
-        and head_size in SUPPORTED_HEAD_SIZES
-        and query_dtype in SUPPORTED_QUERY_DTYPES
-        and causal is True
+        head_size in SUPPORTED_HEAD_SIZES
         and sliding_window <= 0
         and not use_alibi
         and softcap == 0
         and not use_sinks
+        and chunk_lookback < 0
+    )
+
+
+def int8_split_kv_step_supported(
+    query_dtype: torch.dtype,
+    max_query_len: int,
+    *,
+    causal: bool | torch.Tensor,
+    use_mm_prefix: bool,
+    use_rswa: bool,
+    use_output_quant: bool,
+) -> bool:
+    """Whether a step of a qualifying layer can run on the split-KV kernel.
+
+    Decode/verify steps (at most ``MAX_QUERY_LEN`` query tokens per request)
+    of causal attention qualify; multimodal prefixes, R-SWA and fused output
+    quantization keep the unified kernel.
+    """
+    return (
+        max_query_len <= MAX_QUERY_LEN
+        and query_dtype in SUPPORTED_QUERY_DTYPES
+        and causal is True
         and not use_mm_prefix
         and not use_rswa
-        and chunk_lookback < 0
         and not use_output_quant
     )
 
