@@ -1,0 +1,212 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""Attention layers whose page must be padded to a much larger page (a DFlash
+drafter beside an INT8 hybrid model) fill the padded page with their blocks,
+and the worker's strided view reads them back at the right addresses."""
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+
+from vllm.config import DeviceConfig, ModelConfig, VllmConfig
+from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
+from vllm.v1.core import kv_cache_utils
+from vllm.v1.core.kv_cache_utils import (
+    _padded_page_block_ratio,
+    get_kv_cache_capacity,
+    get_kv_cache_configs,
+    unify_kv_cache_spec_page_size,
+)
+from vllm.v1.kv_cache_interface import (
+    FullAttentionSpec,
+    KVQuantMode,
+    MambaSpec,
+    SlidingWindowSpec,
+)
+from vllm.v1.worker.gpu.attn_utils import _reshape_attention_kv_cache
+
+INT8_PTH = KVQuantMode.INT8_PER_TOKEN_HEAD
+# Qwen3.5-27B with an INT8 per-token-head cache: 4 KV heads x 256, block size
+# 1600 (aligned by the platform to the Mamba state page), so 3,328,000-byte
+# pages. Its DFlash drafter: 8 KV heads x 128, sliding window 2048, 16-token
+# blocks of 16 x 8 x 2 x (128 + 4) = 33,792 bytes.
+TARGET = FullAttentionSpec(
+    block_size=1600,
+    num_kv_heads=4,
+    head_size=256,
+    dtype=torch.int8,
+    kv_quant_mode=INT8_PTH,
+    indexes_kv_by_block_stride=True,
+)
+DRAFTER = SlidingWindowSpec(
+    block_size=16,
+    num_kv_heads=8,
+    head_size=128,
+    dtype=torch.int8,
+    kv_quant_mode=INT8_PTH,
+    sliding_window=2048,
+    indexes_kv_by_block_stride=True,
+)
+# The Triton backend's stride order for its (blocks, heads, slots, 2 * (hs + 4))
+# cache shape in the default NHD layout: (blocks, slots, heads, ...) in memory.
+NHD = (0, 2, 1, 3)
+MAMBA = MambaSpec(
+    block_size=1600,
+    shapes=((10, 6, 512),),
+    dtypes=(torch.float32,),
+    page_size_padded=TARGET.page_size_bytes,
+)
+
+
+def test_int8_hybrid_drafter_fills_the_padded_page():
+    assert TARGET.page_size_bytes == 3_328_000
+    assert DRAFTER.page_size_bytes == 33_792
+    specs = {"target": TARGET, "mamba": MAMBA, "draft": DRAFTER}
+
+    unified = unify_kv_cache_spec_page_size(specs)
+
+    assert unified["target"] == TARGET
+    assert unified["mamba"] == MAMBA
+    draft = unified["draft"]
+    assert draft.page_size_bytes == TARGET.page_size_bytes
+    # 3,328,000 = 80 sub-pages of 41,600 bytes, each holding one 16-token
+    # block; 98 blocks would fit but 98 does not divide the page.
+    assert draft.block_size == 16 * 80
+    assert draft.unpadded_page_size_bytes == 80 * DRAFTER.page_size_bytes
+
+
+@pytest.fixture(scope="module")
+def vllm_config(tmp_path_factory) -> VllmConfig:
+    # A local config.json keeps the test offline; the planner only reads
+    # max_model_len and the scheduler/cache settings.
+    model_dir = tmp_path_factory.mktemp("model")
+    (model_dir / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["Qwen3ForCausalLM"],
+                "model_type": "qwen3",
+                "hidden_size": 256,
+                "intermediate_size": 512,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "head_dim": 64,
+                "vocab_size": 1024,
+                "max_position_embeddings": 131072,
+                "torch_dtype": "bfloat16",
+            }
+        )
+    )
+    model_config = ModelConfig(
+        model=str(model_dir), skip_tokenizer_init=True, max_model_len=131072
+    )
+    config = VllmConfig(
+        model_config=model_config, device_config=DeviceConfig(device="cpu")
+    )
+    # Planning, not running: keep the hybrid manager on as on a GPU.
+    config.scheduler_config.disable_hybrid_kv_cache_manager = False
+    return config
+
+
+def test_int8_hybrid_drafter_capacity(vllm_config, monkeypatch):
+    """The whole Qwen3.5-27B + DFlash mix through vLLM's planner, 12 GiB."""
+    specs = {f"layers.{i}": TARGET if (i + 1) % 4 == 0 else MAMBA for i in range(64)}
+    specs.update({f"draft.{i}": DRAFTER for i in range(5)})
+    budget = 12 << 30
+
+    def plan():
+        (config,) = get_kv_cache_configs(vllm_config, [dict(specs)], [budget])
+        (draft_group,) = [
+            g for g in config.kv_cache_groups if "draft.0" in g.layer_names
+        ]
+        spec = draft_group.kv_cache_spec
+        pages = spec.max_memory_usage_bytes(vllm_config) // spec.page_size_bytes
+        return get_kv_cache_capacity(vllm_config, config)[0], pages
+
+    tokens, draft_pages = plan()
+    # One padded page per 16 drafter tokens, as before this change.
+    monkeypatch.setattr(kv_cache_utils, "_padded_page_block_ratio", lambda *a: 1)
+    old_tokens, old_draft_pages = plan()
+
+    # The drafter's window (2,048 tokens plus the in-flight chunk) now takes
+    # a handful of pages per request instead of hundreds of 3.3 MB pages.
+    assert draft_pages <= 6 < 100 < old_draft_pages
+    assert tokens > 2 * old_tokens
+    # Full attention costs 16 layers x 4 heads x 520 bytes per token, so 12 GiB
+    # minus the fixed per-request state must still hold ~300K tokens.
+    assert tokens > 290_000
+
+
+@pytest.mark.parametrize(
+    ("max_page", "page", "ratio"),
+    [
+        (3_328_000, 33_792, 80),  # INT8 Qwen3.5-27B + DFlash
+        (12_288, 8_192, 1),  # MiMo + DFlash: 3:2, keeps one block per page
+        (65_536, 8_192, 8),  # divides: the ratio itself
+        (1_000, 48, 1),  # no 16-byte aligned split of 1,000 bytes
+    ],
+)
+def test_padded_page_block_ratio(max_page, page, ratio):
+    assert _padded_page_block_ratio(max_page, page) == ratio
+    # Brute force: the largest count of equal, 16-byte aligned sub-pages
+    # that each hold one page.
+    fits = [
+        r
+        for r in range(2, max_page // page + 1)
+        if max_page % r == 0 and (max_page // r) % 16 == 0
+    ]
+    assert ratio == max(fits, default=1)
+
+
+def _padded_int8_cache(kernel_block_size: int, num_pages: int = 2):
+    spec = replace(DRAFTER, block_size=16 * 80, page_size_padded=TARGET.page_size_bytes)
+    raw = torch.zeros(num_pages * spec.page_size_bytes, dtype=torch.int8)
+    kernel_blocks = num_pages * spec.block_size // kernel_block_size
+    shape = TritonAttentionBackend.get_kv_cache_shape(
+        kernel_blocks,
+        kernel_block_size,
+        spec.num_kv_heads,
+        spec.head_size,
+        cache_dtype_str="int8_per_token_head",
+    )
+    cache = _reshape_attention_kv_cache(raw, spec, shape, NHD, kernel_blocks, None)
+    return spec, raw, cache
+
+
+@pytest.mark.parametrize("kernel_block_size", [16 * 80, 16 * 16, 16])
+def test_padded_view_puts_kernel_blocks_inside_their_page(kernel_block_size):
+    spec, raw, cache = _padded_int8_cache(kernel_block_size)
+    per_page = spec.block_size // kernel_block_size
+    sub_page = spec.page_size_bytes // per_page
+    token_bytes = spec.num_kv_heads * 2 * (spec.head_size + 4)
+    assert cache.shape[2] == kernel_block_size
+
+    def mark(block: int) -> int:
+        return block % 120 + 1  # fits int8, never 0
+
+    # Mark every byte the view can address with its kernel block.
+    for block in range(cache.shape[0]):
+        cache[block].fill_(mark(block))
+    pages = raw.view(-1, spec.page_size_bytes)
+    used_bytes = kernel_block_size * token_bytes
+    for page in range(pages.shape[0]):
+        for j in range(per_page):
+            # Manager page p holds kernel blocks p * r .. p * r + r - 1, each
+            # at the start of its own sub-page; the rest stays untouched.
+            sub = pages[page, j * sub_page : (j + 1) * sub_page]
+            assert (sub[:used_bytes] == mark(page * per_page + j)).all()
+            assert (sub[used_bytes:] == 0).all()
+
+
+def test_padded_view_refuses_uneven_kernel_split():
+    spec = replace(DRAFTER, block_size=16 * 80, page_size_padded=TARGET.page_size_bytes)
+    raw = torch.zeros(2 * spec.page_size_bytes, dtype=torch.int8)
+    # Three kernel blocks per page: 3,328,000 bytes have no uniform stride.
+    kernel_blocks = 2 * 3
+    shape = TritonAttentionBackend.get_kv_cache_shape(
+        kernel_blocks, 16, spec.num_kv_heads, spec.head_size, "int8_per_token_head"
+    )
+    with pytest.raises(ValueError, match="uniform stride"):
+        _reshape_attention_kv_cache(raw, spec, shape, NHD, kernel_blocks, None)
