@@ -210,3 +210,46 @@ def test_padded_view_refuses_uneven_kernel_split():
     )
     with pytest.raises(ValueError, match="uniform stride"):
         _reshape_attention_kv_cache(raw, spec, shape, NHD, kernel_blocks, None)
+
+
+def test_triton_scale_views_follow_the_padded_sub_pages():
+    """The Triton backend's per-token-head scale views over a padded, split
+    cache address the scale word of the right record in the right sub-page."""
+    from vllm.v1.attention.backends.triton_attn import TritonAttentionImpl
+
+    kernel_block_size = 16
+    spec, raw, cache = _padded_int8_cache(kernel_block_size)
+    per_page = spec.block_size // kernel_block_size
+    sub_page = spec.page_size_bytes // per_page
+    nkv, hs = spec.num_kv_heads, spec.head_size
+    record = 2 * (hs + 4)  # [K | K scale | V | V scale] of one (slot, head)
+
+    impl = TritonAttentionImpl(
+        num_heads=2 * nkv,
+        head_size=hs,
+        scale=hs**-0.5,
+        num_kv_heads=nkv,
+        alibi_slopes=None,
+        sliding_window=spec.sliding_window,
+        kv_cache_dtype="int8_per_token_head",
+    )
+    impl._ensure_scale_caches(cache)
+    assert raw.count_nonzero() == 0  # setting up the views wrote nothing
+
+    gen = torch.Generator().manual_seed(0)
+    for block, slot, head in [
+        (0, 0, 0),
+        (1, 15, 7),
+        (79, 3, 2),
+        (80, 0, 0),
+        (159, 9, 5),
+    ]:
+        k_scale, v_scale = torch.rand(2, generator=gen).tolist()
+        impl._k_scale_cache[block, slot, head] = k_scale
+        impl._v_scale_cache[block, slot, head] = v_scale
+        page, sub = divmod(block, per_page)
+        start = page * spec.page_size_bytes + sub * sub_page
+        start += (slot * nkv + head) * record
+        words = raw[start : start + record].view(torch.float32)
+        assert words[hs // 4].item() == pytest.approx(k_scale)
+        assert words[(2 * hs + 4) // 4].item() == pytest.approx(v_scale)
