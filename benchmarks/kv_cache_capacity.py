@@ -8,9 +8,9 @@ prints the group layout, the padding each layer type pays, the bytes one token
 of context costs and the token slots of the pool. No weights and no GPU are
 needed; only the HF ``config.json`` files.
 
-The planner runs twice: with the n:1 group-size heuristic vLLM used before
-full-attention padding was taken into account ("upstream"), and with the
-current choice ("planned"). ``--group-size`` adds a forced size for comparison.
+The planner runs twice: as vLLM 0.26.0 planned ("upstream": the n:1 group-size
+heuristic, and one block per padded page), and as this vLLM plans
+("planned"). ``--group-size`` adds a forced size for comparison.
 
 Example:
     python benchmarks/kv_cache_capacity.py --preset qwen3.5-27b \\
@@ -373,8 +373,9 @@ def build_kv_cache_spec(vllm_config, backend) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _group_size_rule(rule: str | int) -> Iterator[None]:
-    """Run the planner with vLLM's current rule ("planned"), the n:1
-    heuristic alone ("upstream") or a fixed group size."""
+    """Run the planner as this vLLM plans ("planned"), as vLLM 0.26.0 did
+    ("upstream": the n:1 group-size heuristic, one block per padded page)
+    or with a fixed group size."""
     from vllm.v1.core import kv_cache_utils
 
     if rule == "planned":
@@ -388,7 +389,18 @@ def _group_size_rule(rule: str | int) -> Iterator[None]:
             )
         return int(rule)
 
-    with mock.patch.object(kv_cache_utils, "_get_kv_cache_group_size", choose):
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(
+            mock.patch.object(kv_cache_utils, "_get_kv_cache_group_size", choose)
+        )
+        if rule == "upstream" and hasattr(kv_cache_utils, "_padded_page_block_ratio"):
+            # vLLM 0.26.0 put one block of the layer's own size in a padded
+            # page (see unify_kv_cache_spec_page_size).
+            stack.enter_context(
+                mock.patch.object(
+                    kv_cache_utils, "_padded_page_block_ratio", lambda *a: 1
+                )
+            )
         yield
 
 
@@ -606,11 +618,33 @@ def make_parser() -> argparse.ArgumentParser:
     card.add_argument("--overhead-gib", type=float, default=1.3)
     card.add_argument("--drafter-gib", type=float, default=2.1)
     parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument(
+        "--plot", metavar="PNG", help="also draw the pool tokens as a bar chart"
+    )
     return parser
+
+
+def _log_to_stderr() -> None:
+    """Keep vLLM's log lines out of the JSON on stdout."""
+    import logging
+
+    import vllm.logger  # noqa: F401  (configures vLLM's handlers)
+
+    for handler in logging.getLogger("vllm").handlers:
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+            handler.setStream(sys.stderr)
+
+
+def _vllm_version() -> str:
+    import vllm
+
+    return vllm.__version__
 
 
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
+    if args.json:
+        _log_to_stderr()
     try:
         plans = compute(args)
     except CapacityError as e:
@@ -620,6 +654,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             json.dumps(
                 {
+                    "vllm_version": _vllm_version(),
                     "estimate": args.card,
                     "budget_gib": {str(k): v for k, v in budgets(args).items()},
                     "plans": [p.__dict__ for p in plans],
@@ -629,7 +664,60 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         print(format_table(plans, args))
+    if args.plot:
+        try:
+            plot(plans, args, args.plot)
+        except ImportError:
+            print(
+                "error: --plot needs matplotlib (pip install matplotlib)",
+                file=sys.stderr,
+            )
+            return 2
     return 0
+
+
+def plot(plans: list[Plan], args: argparse.Namespace, path: str) -> None:
+    """Pool tokens per KV dtype / drafter, one bar per planner."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = list(dict.fromkeys((p.kv_cache_dtype, p.drafter) for p in plans))
+    planners = list(dict.fromkeys(p.planner for p in plans))
+    labels = {"upstream": "vLLM 0.26.0", "planned": "this vLLM"}
+    tokens = {(p.kv_cache_dtype, p.drafter, p.planner): p.pool_tokens for p in plans}
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.9 * len(cases)))
+    height = 0.8 / len(planners)
+    for i, planner in enumerate(planners):
+        ys = [c + i * height for c in range(len(cases))]
+        values = [tokens.get((*case, planner), 0) for case in cases]
+        bars = ax.barh(ys, values, height, label=labels.get(planner, planner))
+        ax.bar_label(bars, labels=[f"{v:,}" for v in values], padding=3, fontsize=8)
+    ax.set_yticks(
+        [c + height * (len(planners) - 1) / 2 for c in range(len(cases))],
+        [
+            f"{'BF16' if d == 'auto' else d}\n{'+ drafter' if dr else 'no drafter'}"
+            for d, dr in cases
+        ],
+    )
+    ax.invert_yaxis()
+    ax.set_xlabel("pool tokens (vLLM's GPU KV cache size)")
+    b = budgets(args)
+    where = (
+        f"{args.card_gib:g} GiB card ESTIMATE (KV {b[False]:.1f} / {b[True]:.1f} GiB)"
+        if args.card
+        else f"{args.budget_gib:g} GiB KV cache pool"
+    )
+    model = args.preset or os.path.basename(
+        os.path.dirname(os.path.abspath(args.config))
+    )
+    ax.set_title(f"{model}: KV cache capacity, {where}", fontsize=10)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.margins(x=0.2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from vllm.v1.core.kv_cache_utils import (
     _padded_page_block_ratio,
     get_kv_cache_capacity,
     get_kv_cache_configs,
+    resolve_kv_cache_block_sizes,
     unify_kv_cache_spec_page_size,
 )
 from vllm.v1.kv_cache_interface import (
@@ -71,10 +72,13 @@ def test_int8_hybrid_drafter_fills_the_padded_page():
     assert unified["mamba"] == MAMBA
     draft = unified["draft"]
     assert draft.page_size_bytes == TARGET.page_size_bytes
-    # 3,328,000 = 80 sub-pages of 41,600 bytes, each holding one 16-token
-    # block; 98 blocks would fit but 98 does not divide the page.
-    assert draft.block_size == 16 * 80
-    assert draft.unpadded_page_size_bytes == 80 * DRAFTER.page_size_bytes
+    # 98 blocks would fit; 80 would split the page evenly (41,600-byte
+    # sub-pages), but 16 x 80 = 1280 does not divide the target's 1600 and
+    # would raise the scheduler's block size (the LCM) to 6400. 50 does:
+    # 800-token blocks in 66,560-byte sub-pages.
+    assert draft.block_size == 16 * 50
+    assert draft.unpadded_page_size_bytes == 50 * DRAFTER.page_size_bytes
+    assert TARGET.block_size % draft.block_size == 0
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +127,9 @@ def test_int8_hybrid_drafter_capacity(vllm_config, monkeypatch):
         ]
         spec = draft_group.kv_cache_spec
         pages = spec.max_memory_usage_bytes(vllm_config) // spec.page_size_bytes
+        # The scheduler's block size is the LCM of the groups' block sizes.
+        scheduler_block_size, _ = resolve_kv_cache_block_sizes(config, vllm_config)
+        assert scheduler_block_size == TARGET.block_size
         return get_kv_cache_capacity(vllm_config, config)[0], pages
 
     tokens, draft_pages = plan()
@@ -132,7 +139,7 @@ def test_int8_hybrid_drafter_capacity(vllm_config, monkeypatch):
 
     # The drafter's window (2,048 tokens plus the in-flight chunk) now takes
     # a handful of pages per request instead of hundreds of 3.3 MB pages.
-    assert draft_pages <= 6 < 100 < old_draft_pages
+    assert draft_pages <= 10 < 100 < old_draft_pages
     assert tokens > 2 * old_tokens
     # Full attention costs 16 layers x 4 heads x 520 bytes per token, so 12 GiB
     # minus the fixed per-request state must still hold ~300K tokens.
@@ -140,28 +147,32 @@ def test_int8_hybrid_drafter_capacity(vllm_config, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("max_page", "page", "ratio"),
+    ("max_page", "page", "block", "anchor", "ratio"),
     [
-        (3_328_000, 33_792, 80),  # INT8 Qwen3.5-27B + DFlash
-        (12_288, 8_192, 1),  # MiMo + DFlash: 3:2, keeps one block per page
-        (65_536, 8_192, 8),  # divides: the ratio itself
-        (1_000, 48, 1),  # no 16-byte aligned split of 1,000 bytes
+        (3_328_000, 33_792, 16, 1600, 50),  # INT8 Qwen3.5-27B + DFlash
+        (3_328_000, 33_792, 16, None, 80),  # no attention layer owns the max
+        (12_288, 8_192, 16, 16, 1),  # MiMo + DFlash: 3:2, one block per page
+        (65_536, 8_192, 16, 256, 8),  # divides: the ratio itself
+        (65_536, 8_192, 16, 32, 2),  # ... capped by the anchor
+        (1_000, 48, 16, None, 1),  # no 16-byte aligned split of 1,000 bytes
     ],
 )
-def test_padded_page_block_ratio(max_page, page, ratio):
-    assert _padded_page_block_ratio(max_page, page) == ratio
+def test_padded_page_block_ratio(max_page, page, block, anchor, ratio):
+    assert _padded_page_block_ratio(max_page, page, block, anchor) == ratio
     # Brute force: the largest count of equal, 16-byte aligned sub-pages
-    # that each hold one page.
+    # that each hold one page, with the grown block dividing the anchor.
     fits = [
         r
         for r in range(2, max_page // page + 1)
-        if max_page % r == 0 and (max_page // r) % 16 == 0
+        if max_page % r == 0
+        and (max_page // r) % 16 == 0
+        and (anchor is None or anchor % (block * r) == 0)
     ]
     assert ratio == max(fits, default=1)
 
 
 def _padded_int8_cache(kernel_block_size: int, num_pages: int = 2):
-    spec = replace(DRAFTER, block_size=16 * 80, page_size_padded=TARGET.page_size_bytes)
+    spec = replace(DRAFTER, block_size=16 * 50, page_size_padded=TARGET.page_size_bytes)
     raw = torch.zeros(num_pages * spec.page_size_bytes, dtype=torch.int8)
     kernel_blocks = num_pages * spec.block_size // kernel_block_size
     shape = TritonAttentionBackend.get_kv_cache_shape(
@@ -175,7 +186,7 @@ def _padded_int8_cache(kernel_block_size: int, num_pages: int = 2):
     return spec, raw, cache
 
 
-@pytest.mark.parametrize("kernel_block_size", [16 * 80, 16 * 16, 16])
+@pytest.mark.parametrize("kernel_block_size", [16 * 50, 16 * 10, 16])
 def test_padded_view_puts_kernel_blocks_inside_their_page(kernel_block_size):
     spec, raw, cache = _padded_int8_cache(kernel_block_size)
     per_page = spec.block_size // kernel_block_size
@@ -201,7 +212,7 @@ def test_padded_view_puts_kernel_blocks_inside_their_page(kernel_block_size):
 
 
 def test_padded_view_refuses_uneven_kernel_split():
-    spec = replace(DRAFTER, block_size=16 * 80, page_size_padded=TARGET.page_size_bytes)
+    spec = replace(DRAFTER, block_size=16 * 50, page_size_padded=TARGET.page_size_bytes)
     raw = torch.zeros(2 * spec.page_size_bytes, dtype=torch.int8)
     # Three kernel blocks per page: 3,328,000 bytes have no uniform stride.
     kernel_blocks = 2 * 3
@@ -240,9 +251,9 @@ def test_triton_scale_views_follow_the_padded_sub_pages():
     for block, slot, head in [
         (0, 0, 0),
         (1, 15, 7),
-        (79, 3, 2),
-        (80, 0, 0),
-        (159, 9, 5),
+        (49, 3, 2),
+        (50, 0, 0),
+        (99, 9, 5),
     ]:
         k_scale, v_scale = torch.rand(2, generator=gen).tolist()
         impl._k_scale_cache[block, slot, head] = k_scale
