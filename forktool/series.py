@@ -212,6 +212,8 @@ def read_series(root: Path) -> Series:
             )
         for f in patch.added_files:
             if f in owners:
+                if owners[f] == name:
+                    raise ForkError(f"{name}: added file {f} is listed twice")
                 raise ForkError(
                     f"added file {f} is listed by two commits: {owners[f]} and {name}"
                 )

@@ -134,6 +134,16 @@ def test_added_file_listed_by_two_commits(fork: Path, capsys):
     assert "tests/test_new.py" in err and "two commits" in err
 
 
+def test_added_file_listed_twice_by_one_commit(fork: Path, capsys):
+    patch = fork / "patches/0001-fix.patch"
+    text = patch.read_text()
+    assert " tests/test_new.py\n" in text
+    patch.write_text(text.replace(" tests/test_new.py\n", " tests/test_new.py\n" * 2, 1))
+    assert run(fork, "materialize") == 2
+    err = capsys.readouterr().err
+    assert "0001-fix.patch: added file tests/test_new.py is listed twice" in err
+
+
 def test_added_file_that_upstream_has_is_refused(fork: Path, capsys):
     patch = fork / "patches/0001-fix.patch"
     patch.write_text(patch.read_text().replace(" tests/test_new.py", " setup.py"))

@@ -1,0 +1,114 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""CPU tests of the engine-level harness in benchmarks/e2e (no engine).
+
+The GPU runs are expensive; whatever decides whether their numbers mean
+anything must be right before they start: the pinned teacher-forced
+documents, the quality metrics, the refusal to continue when the code under
+test or the scripts change mid-run, and the first-divergence report.
+"""
+
+import math
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "e2e"))
+
+import e2e_common  # noqa: E402
+import teacher_forced  # noqa: E402
+
+
+def test_documents_match_their_pin():
+    docs = teacher_forced.make_docs()
+    assert len(docs) == teacher_forced.NUM_DOCS
+    assert all(len(d) == teacher_forced.DOC_TOKENS for d in docs)
+    assert all(0 <= t < teacher_forced.DOC_VOCAB for d in docs for t in d)
+    # Documents differ from each other (the generator is not reset per doc).
+    assert len({tuple(d[:64]) for d in docs}) == teacher_forced.NUM_DOCS
+
+
+def test_documents_refuse_a_wrong_pin(monkeypatch):
+    monkeypatch.setattr(teacher_forced, "DOCS_SHA256", "0" * 64)
+    with pytest.raises(teacher_forced.InputsChanged, match="pinned"):
+        teacher_forced.make_docs()
+
+
+def test_metrics_against_a_direct_computation(monkeypatch):
+    monkeypatch.setattr(teacher_forced, "NUM_DOCS", 2)
+    monkeypatch.setattr(teacher_forced, "DOC_TOKENS", 5)  # 4 scored tokens/doc
+    monkeypatch.setattr(teacher_forced, "BIN", 3)
+    ref = {
+        "docs": [
+            {"token_logprobs": [-1.0, -2.0, -0.5, -3.0], "top1": [1, 2, 3, 4]},
+            {"token_logprobs": [-0.25, -1.5, -2.5, -1.0], "top1": [5, 6, 7, 8]},
+        ]
+    }
+    other = {
+        "docs": [
+            {"token_logprobs": [-1.5, -2.0, -0.25, -3.0], "top1": [1, 9, 3, 4]},
+            {"token_logprobs": [-0.25, -1.0, -2.5, -2.0], "top1": [5, 6, 0, 8]},
+        ]
+    }
+    m = teacher_forced.metrics(ref, other)
+    deltas = [0.5, 0.0, 0.25, 0.0, 0.0, 0.5, 0.0, 1.0]
+    assert m["mean_abs_delta_logprob"] == pytest.approx(sum(deltas) / 8)
+    # NLL(other) - NLL(ref): other's logprobs sum to -12.5, ref's to -11.75.
+    assert m["delta_nll"] == pytest.approx((12.5 - 11.75) / 8)
+    assert m["top1_agreement"] == pytest.approx(6 / 8)
+    # Bins of 3 positions per document: positions 0-2 of both docs, then 3.
+    first, second = m["bins"]
+    assert first["start"] == 0 and second["start"] == 3
+    assert first["mean_abs_delta_logprob"] == pytest.approx(
+        (0.5 + 0.0 + 0.25 + 0.0 + 0.5 + 0.0) / 6
+    )
+    assert first["top1_agreement"] == pytest.approx(4 / 6)
+    assert second["mean_abs_delta_logprob"] == pytest.approx((0.0 + 1.0) / 2)
+    assert second["top1_agreement"] == pytest.approx(1.0)
+    assert not any(math.isnan(v) for v in (m["delta_nll"], m["top1_agreement"]))
+
+
+def test_run_stops_when_scripts_change(tmp_path, monkeypatch):
+    scripts = tmp_path / "e2e"
+    scripts.mkdir()
+    shutil.copy(REPO_ROOT / "benchmarks" / "e2e" / "e2e_common.py", scripts)
+    monkeypatch.setattr(e2e_common, "HERE", scripts)
+    start = e2e_common.provenance()
+    assert set(start) >= {"vllm_attention_sha256", "scripts_sha256"}
+
+    teacher_forced.check_unchanged(start, teacher_forced.DOCS_SHA256)  # no change
+    with pytest.raises(teacher_forced.InputsChanged, match="documents"):
+        teacher_forced.check_unchanged(start, "f" * 64)
+
+    (scripts / "e2e_common.py").write_text("# edited mid-run\n")
+    with pytest.raises(teacher_forced.InputsChanged, match="scripts_sha256"):
+        teacher_forced.check_unchanged(start, teacher_forced.DOCS_SHA256)
+
+
+def test_tree_digest_covers_names_and_bytes(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    before = e2e_common.tree_digest(tmp_path, "*.py")
+    assert e2e_common.tree_digest(tmp_path, "*.py") == before
+    (tmp_path / "a.py").rename(tmp_path / "b.py")
+    renamed = e2e_common.tree_digest(tmp_path, "*.py")
+    assert renamed != before
+    (tmp_path / "b.py").write_text("x = 2\n")
+    assert e2e_common.tree_digest(tmp_path, "*.py") not in (before, renamed)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        ([1, 2, 3], [1, 2, 3], None),
+        ([1, 2, 3], [1, 5, 3], 1),
+        ([7], [8], 0),
+        ([1, 2], [1, 2, 3], 2),  # one run stopped early
+        ([], [], None),
+    ],
+)
+def test_first_divergence(a, b, expected):
+    assert e2e_common.first_divergence(a, b) == expected
+    assert e2e_common.first_divergence(b, a) == expected
