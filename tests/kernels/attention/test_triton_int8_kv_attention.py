@@ -175,3 +175,102 @@ def test_unified_attention_int8_per_token_head(
         query, k_deq, v_deq, query_lens, kv_lens, block_tables, scale
     ).to(query.dtype)
     torch.testing.assert_close(output, ref, atol=1.5e-2, rtol=1e-2)
+
+
+def make_hybrid_int8_kv_cache(
+    num_blocks: int,
+    block_size: int,
+    num_kv_heads: int,
+    head_size: int,
+    dtype: torch.dtype,
+    page_bytes: int,
+):
+    """The cache as a hybrid model's worker lays it out: ``block_size``-token
+    blocks (aligned to the Mamba state page, so not a power of two) that
+    start ``page_bytes`` apart (a padded page, see
+    ``_reshape_attention_kv_cache``).  The padding holds random bytes, so a
+    kernel that reads outside the rows gets garbage.  Returns the same
+    tuple as :func:`make_int8_kv_cache`."""
+    padded = head_size + 4
+    row_bytes = num_kv_heads * 2 * padded
+    assert page_bytes >= block_size * row_bytes and page_bytes % 4 == 0
+    storage = torch.randint(-128, 128, (num_blocks * page_bytes,), dtype=torch.int8)
+    raw = torch.as_strided(
+        storage,
+        (num_blocks, block_size, num_kv_heads, 2 * padded),
+        (page_bytes, row_bytes, 2 * padded, 1),
+    )
+    words = raw.view(torch.float32)
+    deq = []
+    for half in range(2):
+        x = torch.randn(num_blocks, block_size, num_kv_heads, head_size, dtype=dtype)
+        data, scale = _quantize_int8_per_token_head(x)
+        raw[..., half * padded : half * padded + head_size] = data
+        words[..., (half * padded + head_size) // 4] = scale
+        deq.append(data.float() * scale[..., None])
+    key_cache, value_cache = raw.split(padded, dim=-1)
+    k_scale = words[..., head_size // 4]
+    v_scale = words[..., (padded + head_size) // 4]
+    return key_cache, value_cache, k_scale, v_scale, deq[0], deq[1]
+
+
+# (block size, kv_lens, blocks): Qwen3.5-27B's INT8 block on CUDA, a small
+# non-power-of-two block on the interpreter.
+HYBRID = (1600, [4000, 1700], 8) if FULL else (208, [450, 90], 6)
+
+
+@torch.inference_mode()
+def test_unified_attention_int8_hybrid_padded_pages():
+    """Upstream's kernel (aligned path) on a hybrid model's cache layout."""
+    torch.set_default_device(DEVICE_TYPE)
+    torch.manual_seed(6)
+    block_size, kv_lens, num_blocks = HYBRID
+    num_query_heads, num_kv_heads, head_size = 8, 2, 128
+    query_lens = [6, 1]
+    page_bytes = block_size * num_kv_heads * 2 * (head_size + 4) + 4 * 260
+    caches = make_hybrid_int8_kv_cache(
+        num_blocks, block_size, num_kv_heads, head_size, DTYPE, page_bytes
+    )
+    key_cache, value_cache, k_scale, v_scale, k_deq, v_deq = caches
+    assert key_cache.stride(0) == page_bytes
+    assert (
+        _int8_kv_inline_v_offset(key_cache, value_cache, k_scale, v_scale, head_size)
+        == head_size + 4
+    )
+    query = torch.randn(sum(query_lens), num_query_heads, head_size, dtype=DTYPE)
+    cu_query_lens = torch.tensor([0, 6, 7], dtype=torch.int32)
+    block_tables = torch.stack(
+        [torch.randperm(num_blocks)[:4], torch.randperm(num_blocks)[:4]]
+    ).to(torch.int32)
+    scale = head_size**-0.5
+    output = torch.empty_like(query)
+    unified_attention(
+        q=query,
+        k=key_cache,
+        v=value_cache,
+        out=output,
+        cu_seqlens_q=cu_query_lens,
+        seqused_k=torch.tensor(kv_lens, dtype=torch.int32),
+        max_seqlen_q=max(query_lens),
+        max_seqlen_k=max(kv_lens),
+        softmax_scale=scale,
+        causal=True,
+        window_size=(-1, -1),
+        block_table=block_tables,
+        softcap=0,
+        q_descale=None,
+        k_descale=None,
+        v_descale=None,
+        seq_threshold_3D=0,
+        num_par_softmax_segments=16,
+        softmax_segm_output=torch.empty(0, num_query_heads, 16, head_size),
+        softmax_segm_max=torch.empty(0, num_query_heads, 16),
+        softmax_segm_expsum=torch.empty(0, num_query_heads, 16),
+        kv_quant_mode=KVQuantMode.INT8_PER_TOKEN_HEAD,
+        k_scale_cache=k_scale,
+        v_scale_cache=v_scale,
+    )
+    ref = ref_paged_attn(
+        query, k_deq, v_deq, query_lens, kv_lens, block_tables, scale
+    ).to(query.dtype)
+    torch.testing.assert_close(output, ref, atol=1.5e-2, rtol=1e-2)
