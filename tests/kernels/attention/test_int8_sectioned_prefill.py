@@ -230,8 +230,11 @@ def test_plan_sections():
     assert [r.block_table_row for r in meta.requests] == [2, 3]
     big, small = meta.requests
     assert (big.query_start, big.query_len, big.context_len) == (5, 100, 192)
+    assert big.query_tiles == [(0, 32), (32, 64), (64, 96), (96, 100)]
+    assert big.sections == [(0, 64), (64, 128), (128, 192)]
     assert len(big.own_cu_rows) == 4 and len(big.context_cu_rows) == 3
     assert small.context_len == 0 and small.context_cu_rows == []
+    assert small.query_tiles == [(0, 3)] and small.sections == []
     assert meta.cu_seqlens[big.own_cu_rows[-1]].tolist() == [[0, 4], [0, 100]]
     assert meta.cu_seqlens[big.context_cu_rows[2][0]].tolist() == [[0, 32], [0, 64]]
 

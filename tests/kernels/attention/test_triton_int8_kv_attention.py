@@ -37,9 +37,20 @@ def _quantize_int8_per_token_head(x: torch.Tensor):
 
 
 def make_int8_kv_cache(
-    num_blocks: int, num_kv_heads: int, head_size: int, dtype: torch.dtype
+    num_blocks: int,
+    num_kv_heads: int,
+    head_size: int,
+    dtype: torch.dtype,
+    block_size: int = BLOCK_SIZE,
+    page_bytes: int | None = None,
 ):
     """Build the cache exactly as the Triton backend lays it out (NHD).
+
+    ``page_bytes`` (default: the block's own size) is the distance between
+    blocks.  A larger value gives a hybrid model's layout: blocks aligned to
+    the Mamba state (so not a power of two) in padded pages (see
+    ``_reshape_attention_kv_cache``).  The padding holds random bytes, so a
+    kernel that reads outside the rows gets garbage.
 
     Returns (key_cache, value_cache, k_scale, v_scale, k_deq, v_deq): the
     int8 row views ``[num_blocks, block_size, num_kv_heads, head_size + 4]``,
@@ -47,11 +58,18 @@ def make_int8_kv_cache(
     and the dequantised fp32 caches ``[..., head_size]``.
     """
     padded = head_size + 4
-    raw = torch.empty(
-        num_blocks, BLOCK_SIZE, num_kv_heads, 2 * padded, dtype=torch.int8
+    row_bytes = num_kv_heads * 2 * padded
+    if page_bytes is None:
+        page_bytes = block_size * row_bytes
+    assert page_bytes >= block_size * row_bytes and page_bytes % 4 == 0
+    storage = torch.randint(-128, 128, (num_blocks * page_bytes,), dtype=torch.int8)
+    raw = torch.as_strided(
+        storage,
+        (num_blocks, block_size, num_kv_heads, 2 * padded),
+        (page_bytes, row_bytes, 2 * padded, 1),
     )
     words = raw.view(torch.float32)
-    key = torch.randn(num_blocks, BLOCK_SIZE, num_kv_heads, head_size, dtype=dtype)
+    key = torch.randn(num_blocks, block_size, num_kv_heads, head_size, dtype=dtype)
     value = torch.randn_like(key)
     deq = []
     for half, x in enumerate((key, value)):
@@ -63,6 +81,16 @@ def make_int8_kv_cache(
     k_scale = words[..., head_size // 4]
     v_scale = words[..., (padded + head_size) // 4]
     return key_cache, value_cache, k_scale, v_scale, deq[0], deq[1]
+
+
+# (block size, kv_lens, blocks) of a hybrid model's cache: Qwen3.5-27B's
+# INT8 block on CUDA, a small non-power-of-two block on the interpreter.
+HYBRID = (1600, [4000, 1700], 8) if FULL else (208, [450, 90], 6)
+
+
+def hybrid_page_bytes(block_size: int, num_kv_heads: int, head_size: int) -> int:
+    """A padded page: the block's rows plus 1,040 bytes."""
+    return block_size * num_kv_heads * 2 * (head_size + 4) + 4 * 260
 
 
 def ref_paged_attn(
@@ -99,18 +127,76 @@ def ref_paged_attn(
     return torch.cat(outputs, dim=0)
 
 
-def _make_inputs(num_heads, head_size, query_lens, kv_lens, num_blocks, dtype):
+def _make_inputs(
+    num_heads,
+    head_size,
+    query_lens,
+    kv_lens,
+    num_blocks,
+    dtype,
+    block_size=BLOCK_SIZE,
+    page_bytes=None,
+):
     num_query_heads, num_kv_heads = num_heads
-    caches = make_int8_kv_cache(num_blocks, num_kv_heads, head_size, dtype)
+    caches = make_int8_kv_cache(
+        num_blocks, num_kv_heads, head_size, dtype, block_size, page_bytes
+    )
     query = torch.randn(sum(query_lens), num_query_heads, head_size, dtype=dtype)
     cu_query_lens = torch.tensor([0] + query_lens, dtype=torch.int32).cumsum(
         dim=0, dtype=torch.int32
     )
-    max_blocks = (max(kv_lens) + BLOCK_SIZE - 1) // BLOCK_SIZE
+    max_blocks = (max(kv_lens) + block_size - 1) // block_size
     block_tables = torch.randint(
         0, num_blocks, (len(kv_lens), max_blocks), dtype=torch.int32
     )
     return query, caches, cu_query_lens, block_tables
+
+
+def _unified_int8(
+    query,
+    key_cache,
+    value_cache,
+    k_scale,
+    v_scale,
+    cu_query_lens,
+    query_lens,
+    kv_lens,
+    block_tables,
+    seq_threshold_3D,
+):
+    """Upstream's unified kernel on an INT8 per-token-head cache."""
+    num_query_heads, head_size = query.shape[1:]
+    segments = 16
+    output = torch.empty_like(query)
+    unified_attention(
+        q=query,
+        k=key_cache,
+        v=value_cache,
+        out=output,
+        cu_seqlens_q=cu_query_lens,
+        seqused_k=torch.tensor(kv_lens, dtype=torch.int32),
+        max_seqlen_q=max(query_lens),
+        max_seqlen_k=max(kv_lens),
+        softmax_scale=head_size**-0.5,
+        causal=True,
+        window_size=(-1, -1),
+        block_table=block_tables,
+        softcap=0,
+        q_descale=None,
+        k_descale=None,
+        v_descale=None,
+        seq_threshold_3D=seq_threshold_3D,
+        num_par_softmax_segments=segments,
+        softmax_segm_output=torch.empty(
+            seq_threshold_3D, num_query_heads, segments, head_size
+        ),
+        softmax_segm_max=torch.empty(seq_threshold_3D, num_query_heads, segments),
+        softmax_segm_expsum=torch.empty(seq_threshold_3D, num_query_heads, segments),
+        kv_quant_mode=KVQuantMode.INT8_PER_TOKEN_HEAD,
+        k_scale_cache=k_scale,
+        v_scale_cache=v_scale,
+    )
+    return output
 
 
 @pytest.mark.parametrize("num_heads", NUM_HEADS)
@@ -139,84 +225,23 @@ def test_unified_attention_int8_per_token_head(
         key_cache, value_cache, k_scale, v_scale, head_size
     )
     assert (v_offset == head_size + 4) if inline_scales else (v_offset == -1)
-    num_query_heads = num_heads[0]
-    segments = 16
-    scale = head_size**-0.5
-    output = torch.empty_like(query)
-    unified_attention(
-        q=query,
-        k=key_cache,
-        v=value_cache,
-        out=output,
-        cu_seqlens_q=cu_query_lens,
-        seqused_k=torch.tensor(kv_lens, dtype=torch.int32),
-        max_seqlen_q=max(query_lens),
-        max_seqlen_k=max(kv_lens),
-        softmax_scale=scale,
-        causal=True,
-        window_size=(-1, -1),
-        block_table=block_tables,
-        softcap=0,
-        q_descale=None,
-        k_descale=None,
-        v_descale=None,
-        seq_threshold_3D=seq_threshold_3D,
-        num_par_softmax_segments=segments,
-        softmax_segm_output=torch.empty(
-            seq_threshold_3D, num_query_heads, segments, head_size
-        ),
-        softmax_segm_max=torch.empty(seq_threshold_3D, num_query_heads, segments),
-        softmax_segm_expsum=torch.empty(seq_threshold_3D, num_query_heads, segments),
-        kv_quant_mode=KVQuantMode.INT8_PER_TOKEN_HEAD,
-        k_scale_cache=k_scale,
-        v_scale_cache=v_scale,
+    output = _unified_int8(
+        query,
+        key_cache,
+        value_cache,
+        k_scale,
+        v_scale,
+        cu_query_lens,
+        query_lens,
+        kv_lens,
+        block_tables,
+        seq_threshold_3D,
     )
+    scale = head_size**-0.5
     ref = ref_paged_attn(
         query, k_deq, v_deq, query_lens, kv_lens, block_tables, scale
     ).to(query.dtype)
     torch.testing.assert_close(output, ref, atol=1.5e-2, rtol=1e-2)
-
-
-def make_hybrid_int8_kv_cache(
-    num_blocks: int,
-    block_size: int,
-    num_kv_heads: int,
-    head_size: int,
-    dtype: torch.dtype,
-    page_bytes: int,
-):
-    """The cache as a hybrid model's worker lays it out: ``block_size``-token
-    blocks (aligned to the Mamba state page, so not a power of two) that
-    start ``page_bytes`` apart (a padded page, see
-    ``_reshape_attention_kv_cache``).  The padding holds random bytes, so a
-    kernel that reads outside the rows gets garbage.  Returns the same
-    tuple as :func:`make_int8_kv_cache`."""
-    padded = head_size + 4
-    row_bytes = num_kv_heads * 2 * padded
-    assert page_bytes >= block_size * row_bytes and page_bytes % 4 == 0
-    storage = torch.randint(-128, 128, (num_blocks * page_bytes,), dtype=torch.int8)
-    raw = torch.as_strided(
-        storage,
-        (num_blocks, block_size, num_kv_heads, 2 * padded),
-        (page_bytes, row_bytes, 2 * padded, 1),
-    )
-    words = raw.view(torch.float32)
-    deq = []
-    for half in range(2):
-        x = torch.randn(num_blocks, block_size, num_kv_heads, head_size, dtype=dtype)
-        data, scale = _quantize_int8_per_token_head(x)
-        raw[..., half * padded : half * padded + head_size] = data
-        words[..., (half * padded + head_size) // 4] = scale
-        deq.append(data.float() * scale[..., None])
-    key_cache, value_cache = raw.split(padded, dim=-1)
-    k_scale = words[..., head_size // 4]
-    v_scale = words[..., (padded + head_size) // 4]
-    return key_cache, value_cache, k_scale, v_scale, deq[0], deq[1]
-
-
-# (block size, kv_lens, blocks): Qwen3.5-27B's INT8 block on CUDA, a small
-# non-power-of-two block on the interpreter.
-HYBRID = (1600, [4000, 1700], 8) if FULL else (208, [450, 90], 6)
 
 
 @torch.inference_mode()
@@ -225,11 +250,17 @@ def test_unified_attention_int8_hybrid_padded_pages():
     torch.set_default_device(DEVICE_TYPE)
     torch.manual_seed(6)
     block_size, kv_lens, num_blocks = HYBRID
-    num_query_heads, num_kv_heads, head_size = 8, 2, 128
-    query_lens = [6, 1]
-    page_bytes = block_size * num_kv_heads * 2 * (head_size + 4) + 4 * 260
-    caches = make_hybrid_int8_kv_cache(
-        num_blocks, block_size, num_kv_heads, head_size, DTYPE, page_bytes
+    num_heads, head_size, query_lens = (8, 2), 128, [6, 1]
+    page_bytes = hybrid_page_bytes(block_size, num_heads[1], head_size)
+    query, caches, cu_query_lens, block_tables = _make_inputs(
+        num_heads,
+        head_size,
+        query_lens,
+        kv_lens,
+        num_blocks,
+        DTYPE,
+        block_size,
+        page_bytes,
     )
     key_cache, value_cache, k_scale, v_scale, k_deq, v_deq = caches
     assert key_cache.stride(0) == page_bytes
@@ -237,40 +268,19 @@ def test_unified_attention_int8_hybrid_padded_pages():
         _int8_kv_inline_v_offset(key_cache, value_cache, k_scale, v_scale, head_size)
         == head_size + 4
     )
-    query = torch.randn(sum(query_lens), num_query_heads, head_size, dtype=DTYPE)
-    cu_query_lens = torch.tensor([0, 6, 7], dtype=torch.int32)
-    block_tables = torch.stack(
-        [torch.randperm(num_blocks)[:4], torch.randperm(num_blocks)[:4]]
-    ).to(torch.int32)
-    scale = head_size**-0.5
-    output = torch.empty_like(query)
-    unified_attention(
-        q=query,
-        k=key_cache,
-        v=value_cache,
-        out=output,
-        cu_seqlens_q=cu_query_lens,
-        seqused_k=torch.tensor(kv_lens, dtype=torch.int32),
-        max_seqlen_q=max(query_lens),
-        max_seqlen_k=max(kv_lens),
-        softmax_scale=scale,
-        causal=True,
-        window_size=(-1, -1),
-        block_table=block_tables,
-        softcap=0,
-        q_descale=None,
-        k_descale=None,
-        v_descale=None,
+    output = _unified_int8(
+        query,
+        key_cache,
+        value_cache,
+        k_scale,
+        v_scale,
+        cu_query_lens,
+        query_lens,
+        kv_lens,
+        block_tables,
         seq_threshold_3D=0,
-        num_par_softmax_segments=16,
-        softmax_segm_output=torch.empty(0, num_query_heads, 16, head_size),
-        softmax_segm_max=torch.empty(0, num_query_heads, 16),
-        softmax_segm_expsum=torch.empty(0, num_query_heads, 16),
-        kv_quant_mode=KVQuantMode.INT8_PER_TOKEN_HEAD,
-        k_scale_cache=k_scale,
-        v_scale_cache=v_scale,
     )
     ref = ref_paged_attn(
-        query, k_deq, v_deq, query_lens, kv_lens, block_tables, scale
+        query, k_deq, v_deq, query_lens, kv_lens, block_tables, head_size**-0.5
     ).to(query.dtype)
     torch.testing.assert_close(output, ref, atol=1.5e-2, rtol=1e-2)

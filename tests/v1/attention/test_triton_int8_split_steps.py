@@ -4,7 +4,7 @@
 
 The builder orders nothing itself; it finds the decode/prefill boundary of a
 batch reordered by the model runner and plans the prefills.  ``forward``
-sends the decode rows to the unified kernel and the prefills to sectioned
+sends the decode rows to the split-KV kernel and the prefills to sectioned
 FlashAttention; here the per-section attention is a PyTorch callable so the
 test also runs where FlashAttention does not.
 """
@@ -105,7 +105,10 @@ STEPS = {
 
 
 @pytest.mark.parametrize("step", list(STEPS))
-def test_mixed_step(step):
+# Decode rows go to the split-KV kernel, or to the unified kernel for layers
+# that kernel does not take (e.g. head sizes other than 64/128/256).
+@pytest.mark.parametrize("decode_kernel", ["split_kv", "unified"])
+def test_mixed_step(step, decode_kernel):
     torch.manual_seed(0)
     reqs = STEPS[step]
     builder, _, _ = make_builder(KVQuantMode.INT8_PER_TOKEN_HEAD)
@@ -116,6 +119,8 @@ def test_mixed_step(step):
         NUM_HEADS, HEAD_SIZE, scale, NUM_KV_HEADS, None, None, "int8_per_token_head"
     )
     impl._section_attn_fn = sdpa_section_attn
+    impl._use_int8_split_kv = decode_kernel == "split_kv"
+    other_kernel = "unified" if decode_kernel == "split_kv" else "split_kv"
 
     seq_lens = [c + q for c, q in reqs]
     query_lens = [q for _, q in reqs]
@@ -150,8 +155,18 @@ def test_mixed_step(step):
     if num_decodes == len(reqs):
         assert meta.prefill is None
     else:
-        assert meta.num_decodes == num_decodes
-        assert meta.num_decode_tokens == sum(query_lens[:num_decodes])
+        if num_decodes == 0:
+            assert meta.decode is None
+        else:
+            assert meta.decode.prefill is None
+            assert meta.decode.num_actual_tokens == sum(query_lens[:num_decodes])
+            assert meta.decode.max_query_len == max(query_lens[:num_decodes])
+            assert (
+                meta.decode.query_start_loc.tolist()
+                == qsl_cpu[: num_decodes + 1].tolist()
+            )
+            assert meta.decode.seq_lens.tolist() == seq_lens[:num_decodes]
+            assert meta.decode.block_table.shape[0] == num_decodes
         planned = [r.block_table_row for r in meta.prefill.requests]
         assert planned == list(range(num_decodes, len(reqs)))
 
@@ -160,11 +175,11 @@ def test_mixed_step(step):
     impl.forward(None, query, key, value, kv_cache, meta, output)
     used = INT8_PTH_ATTN_PATH_COUNTS - before
     if meta.prefill is None:
-        assert used == {"split_kv": 1}
+        assert used == {decode_kernel: 1}
     else:
         assert used["sectioned_prefill"] == 1
-        assert used["split_kv"] == (1 if num_decodes else 0)
-        assert not {"unified", "unified_fallback", "decode_unified"} & set(used)
+        assert used[decode_kernel] == (1 if num_decodes else 0)
+        assert not {other_kernel, "unified_fallback"} & set(used)
 
     if 0 < num_decodes < len(reqs):
         # The decode rows of a split step are exactly those of a decode-only

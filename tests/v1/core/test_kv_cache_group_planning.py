@@ -4,6 +4,7 @@
 padded when a group size exists that avoids it."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -52,11 +53,10 @@ MAMBA = MambaSpec(
 )
 
 
-@pytest.fixture(scope="module")
-def vllm_config(tmp_path_factory) -> VllmConfig:
-    # A local config.json keeps the test offline; the planner only reads
-    # max_model_len and the scheduler/cache settings.
-    model_dir = tmp_path_factory.mktemp("model")
+def offline_vllm_config(model_dir: Path, max_model_len: int) -> VllmConfig:
+    """A VllmConfig for planning tests, from a config.json written into
+    ``model_dir`` (no hub access); the planner only reads max_model_len and
+    the scheduler/cache settings."""
     (model_dir / "config.json").write_text(
         json.dumps(
             {
@@ -69,13 +69,13 @@ def vllm_config(tmp_path_factory) -> VllmConfig:
                 "num_key_value_heads": 2,
                 "head_dim": 64,
                 "vocab_size": 1024,
-                "max_position_embeddings": 4096,
+                "max_position_embeddings": max_model_len,
                 "torch_dtype": "float16",
             }
         )
     )
     model_config = ModelConfig(
-        model=str(model_dir), skip_tokenizer_init=True, max_model_len=4096
+        model=str(model_dir), skip_tokenizer_init=True, max_model_len=max_model_len
     )
     config = VllmConfig(
         model_config=model_config, device_config=DeviceConfig(device="cpu")
@@ -83,6 +83,11 @@ def vllm_config(tmp_path_factory) -> VllmConfig:
     # Planning, not running: keep the hybrid manager on as on a GPU.
     config.scheduler_config.disable_hybrid_kv_cache_manager = False
     return config
+
+
+@pytest.fixture(scope="module")
+def vllm_config(tmp_path_factory) -> VllmConfig:
+    return offline_vllm_config(tmp_path_factory.mktemp("model"), max_model_len=4096)
 
 
 def qwen3_5_27b_specs(drafter: bool = True) -> dict[str, KVCacheSpec]:

@@ -4,13 +4,13 @@
 drafter beside an INT8 hybrid model) fill the padded page with their blocks,
 and the worker's strided view reads them back at the right addresses."""
 
-import json
 from dataclasses import replace
 
 import pytest
 import torch
 
-from vllm.config import DeviceConfig, ModelConfig, VllmConfig
+from tests.v1.core.test_kv_cache_group_planning import offline_vllm_config
+from vllm.config import VllmConfig
 from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
 from vllm.v1.core import kv_cache_utils
 from vllm.v1.core.kv_cache_utils import (
@@ -83,35 +83,7 @@ def test_int8_hybrid_drafter_fills_the_padded_page():
 
 @pytest.fixture(scope="module")
 def vllm_config(tmp_path_factory) -> VllmConfig:
-    # A local config.json keeps the test offline; the planner only reads
-    # max_model_len and the scheduler/cache settings.
-    model_dir = tmp_path_factory.mktemp("model")
-    (model_dir / "config.json").write_text(
-        json.dumps(
-            {
-                "architectures": ["Qwen3ForCausalLM"],
-                "model_type": "qwen3",
-                "hidden_size": 256,
-                "intermediate_size": 512,
-                "num_hidden_layers": 2,
-                "num_attention_heads": 4,
-                "num_key_value_heads": 2,
-                "head_dim": 64,
-                "vocab_size": 1024,
-                "max_position_embeddings": 131072,
-                "torch_dtype": "bfloat16",
-            }
-        )
-    )
-    model_config = ModelConfig(
-        model=str(model_dir), skip_tokenizer_init=True, max_model_len=131072
-    )
-    config = VllmConfig(
-        model_config=model_config, device_config=DeviceConfig(device="cpu")
-    )
-    # Planning, not running: keep the hybrid manager on as on a GPU.
-    config.scheduler_config.disable_hybrid_kv_cache_manager = False
-    return config
+    return offline_vllm_config(tmp_path_factory.mktemp("model"), max_model_len=131072)
 
 
 def test_int8_hybrid_drafter_capacity(vllm_config, monkeypatch):

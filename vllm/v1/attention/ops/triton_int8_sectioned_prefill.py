@@ -123,6 +123,10 @@ class SectionedPrefillRequest:
     query_len: int
     # Number of cached tokens before the request's own tokens.
     context_len: int
+    # [start, end) of each query tile (request-local query rows) and of each
+    # section of the cached context.
+    query_tiles: list[tuple[int, int]]
+    sections: list[tuple[int, int]]
     # Rows of ``SectionedPrefillMetadata.cu_seqlens`` used by the calls:
     # own-token call of tile j: ``own_cu_rows[j]``; context call of section s
     # and tile j: ``context_cu_rows[s][j]``.
@@ -180,8 +184,9 @@ def build_sectioned_prefill_metadata(
             # Tile [start, end) sees its own chunk's keys [0, end).
             own_cu_rows.append(len(rows))
             rows.append([[0, end - start], [0, end]])
+        sections = _tiles(context_len, section_tokens)
         context_cu_rows = []
-        for sec_start, sec_end in _tiles(context_len, section_tokens):
+        for sec_start, sec_end in sections:
             sec_rows = []
             for start, end in tiles:
                 sec_rows.append(len(rows))
@@ -193,6 +198,8 @@ def build_sectioned_prefill_metadata(
                 query_start=qsl[req],
                 query_len=query_len,
                 context_len=context_len,
+                query_tiles=tiles,
+                sections=sections,
                 own_cu_rows=own_cu_rows,
                 context_cu_rows=context_cu_rows,
             )
@@ -411,10 +418,9 @@ def sectioned_prefill_attention(
     assert key_scratch.shape[0] >= metadata.section_tokens
     assert out_scratch.shape[0] >= metadata.query_tile_tokens
     cu = metadata.cu_seqlens
-    tile_len = metadata.query_tile_tokens
     for req in metadata.requests:
         q0 = req.query_start
-        tiles = _tiles(req.query_len, tile_len)
+        tiles = req.query_tiles
         lses = []
         # The request's own tokens, causally, from the unquantised K/V.
         for (start, end), cu_row in zip(tiles, req.own_cu_rows):
@@ -433,8 +439,7 @@ def sectioned_prefill_attention(
                 )
             )
         # Cached context: every query row sees every cached key.
-        sections = _tiles(req.context_len, metadata.section_tokens)
-        for (sec_start, sec_end), cu_rows in zip(sections, req.context_cu_rows):
+        for (sec_start, sec_end), cu_rows in zip(req.sections, req.context_cu_rows):
             sec_len = sec_end - sec_start
             dequant_int8_pth_section(
                 kv_cache,
