@@ -89,7 +89,7 @@ def engine_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
 
     ``cfg`` keys: model, kv (a KV_CONFIGS name), drafter (folder or None),
     num_spec_tokens, max_model_len, max_num_batched_tokens, enforce_eager,
-    gpu_memory_utilization.
+    gpu_memory_utilization, kv_cache_memory_gib.
     """
     backend, kv_dtype = KV_CONFIGS[cfg["kv"]]
     kwargs: dict[str, Any] = dict(
@@ -116,6 +116,8 @@ def engine_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
         disable_log_stats=False,
         max_logprobs=cfg.get("max_logprobs", 20),
     )
+    if cfg.get("kv_cache_memory_gib"):
+        kwargs["kv_cache_memory_bytes"] = int(cfg["kv_cache_memory_gib"] * 2**30)
     if cfg.get("drafter"):
         kwargs["speculative_config"] = {
             "method": "dflash",

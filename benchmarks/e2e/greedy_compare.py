@@ -166,6 +166,7 @@ def run(args: argparse.Namespace) -> dict:
         "max_num_batched_tokens": args.max_num_batched_tokens,
         "enforce_eager": not args.cuda_graphs,
         "num_spec_tokens": args.num_spec_tokens,
+        "kv_cache_memory_gib": args.kv_cache_memory_gib,
     }
     names = []
     for kv in args.kv:
@@ -235,6 +236,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-lengths", type=int, nargs="+", default=PROMPT_LENGTHS)
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--max-num-batched-tokens", type=int, default=512)
+    p.add_argument(
+        "--kv-cache-memory-gib",
+        type=float,
+        default=None,
+        help="fixed KV-cache size per engine instead of profiling (lets several "
+        "scripts share one GPU)",
+    )
     p.add_argument("--num-spec-tokens", type=int, default=5)
     p.add_argument(
         "--tie-nats",

@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> dict:
         "enforce_eager": True,
         "modes": ["batch"],
         "drafter": drafter if args.dflash else None,
+        "kv_cache_memory_gib": args.kv_cache_memory_gib,
     }
     normal = spawn(GREEDY_SCRIPT, dict(base, name="int8-normal"))
     dropped = spawn(
@@ -86,6 +87,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-lengths", type=int, nargs="+", default=[16, 300, 1500])
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--max-num-batched-tokens", type=int, default=512)
+    p.add_argument(
+        "--kv-cache-memory-gib",
+        type=float,
+        default=None,
+        help="fixed KV-cache size per engine instead of profiling (lets several "
+        "scripts share one GPU)",
+    )
     p.add_argument(
         "--dflash",
         action="store_true",

@@ -50,7 +50,8 @@ class Case:
 
     def __init__(self, args, batch: int, ctx: int, qlen: int, copies_bytes: int):
         self.batch, self.ctx, self.qlen = batch, ctx, qlen
-        nq, nkv, hs, bs = args.num_q_heads, args.num_kv_heads, args.head_size, 16
+        nq, nkv, hs = args.num_q_heads, args.num_kv_heads, args.head_size
+        bs = args.block_size
         self.nq, self.nkv, self.hs, self.bs = nq, nkv, hs, bs
         blocks_per_seq = triton.cdiv(ctx, bs)
         num_blocks = batch * blocks_per_seq
@@ -376,6 +377,12 @@ def main():
     parser.add_argument("--num-q-heads", type=int, default=24)
     parser.add_argument("--num-kv-heads", type=int, default=4)
     parser.add_argument("--head-size", type=int, default=256)
+    parser.add_argument(
+        "--block-size",
+        type=int,
+        default=16,
+        help="tokens per cache block (Qwen3.5-27B with an INT8 cache: 1600)",
+    )
     parser.add_argument("--calls", type=int, default=24, help="calls per graph")
     parser.add_argument(
         "--copy-bytes", type=int, default=400 * 2**20, help="bytes of caches to cycle"
@@ -403,7 +410,7 @@ def main():
             "nq": args.num_q_heads,
             "nkv": args.num_kv_heads,
             "hs": args.head_size,
-            "block": 16,
+            "block": args.block_size,
         },
         "copy_gbps": round(copy_bandwidth(), 1),
         "rows": rows,
@@ -428,6 +435,8 @@ def main():
 
     os.makedirs(args.output_dir, exist_ok=True)
     stem = "int8_kv_attention_" + gpu.replace(" ", "_").lower()
+    if args.block_size != 16:
+        stem += f"_block{args.block_size}"
     if args.sweep:
         stem += "_sweep"
     path = os.path.join(args.output_dir, stem + ".json")

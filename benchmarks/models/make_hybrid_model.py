@@ -12,10 +12,14 @@ vLLM's own weight mapper and loaders are exercised.
 
 Presets:
 
-- ``tiny``: 8 layers, hidden size 256, for correctness tests.
+- ``tiny``: 24 layers, hidden size 256, for correctness tests.
 - ``27b-geometry``: hidden size 5,120 and the attention/GDN shapes of
   Qwen3.5-27B (GDN 16 key / 48 value heads of dimension 128, conv kernel 4),
-  but only 8 layers, for speed measurements.
+  but only 20 layers, for speed measurements.
+
+Both have at least 5 full-attention layers (one in four): with fewer, vLLM's
+KV cache planner splits the drafter's 5 layers over several KV cache groups,
+which its DFlash proposer rejects.
 
 With ``--drafter`` a matching DFlash drafter (5 causal sliding-window layers,
 window 2,048) is written to ``<out>-dflash`` (or ``--drafter-out``).  It
@@ -89,7 +93,7 @@ class DrafterShape:
 PRESETS: dict[str, tuple[TargetShape, DrafterShape]] = {
     "tiny": (
         TargetShape(
-            num_hidden_layers=8,
+            num_hidden_layers=24,
             hidden_size=256,
             intermediate_size=1024,
             vocab_size=8192,
@@ -108,7 +112,7 @@ PRESETS: dict[str, tuple[TargetShape, DrafterShape]] = {
     ),
     "27b-geometry": (
         TargetShape(
-            num_hidden_layers=8,
+            num_hidden_layers=20,
             hidden_size=5120,
             intermediate_size=17408,
             vocab_size=248320,

@@ -124,6 +124,57 @@ def test_drafter_layer_ids_spread():
     assert mhm.drafter_target_layer_ids(8) == [1, 2, 3, 4, 5]
 
 
+@pytest.mark.parametrize("preset", ["tiny", "27b-geometry"])
+def test_drafter_layers_share_one_kv_cache_group(preset, tmp_path):
+    """vLLM's DFlash proposer asserts that all drafter layers are in one KV
+    cache group.  The planner keeps them together only if its group size is
+    at least the drafter's 5 layers; a tiny target with 2 full-attention
+    layers got group size 2 and a drafter split over 3 groups.  Planned by
+    vLLM's own planner (through the capacity calculator), BF16 and INT8."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "kv_cache_capacity", REPO_ROOT / "benchmarks" / "kv_cache_capacity.py"
+    )
+    calc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(calc)
+    target, drafter = mhm.PRESETS[preset]
+    for name, config in (
+        ("t", mhm.target_config(target)),
+        ("d", mhm.drafter_config(target, drafter)),
+    ):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+    args = calc.make_parser().parse_args(
+        [
+            "--config",
+            str(tmp_path / "t" / "config.json"),
+            "--drafter-config",
+            str(tmp_path / "d" / "config.json"),
+            "--budget-gib",
+            "8",
+            "--max-model-len",
+            "8192",
+        ]
+    )
+    plans = [p for p in calc.compute(args) if p.drafter]
+    assert {(p.kv_cache_dtype, p.planner) for p in plans} == {
+        (dtype, planner)
+        for dtype in ("auto", "int8_per_token_head")
+        for planner in ("upstream", "planned")
+    }
+    for plan in plans:
+        drafter_rows = [r for r in plan.layout if r["type"].startswith("Sliding")]
+        assert drafter_rows == [
+            {
+                "type": "SlidingWindowSpec(2048)",
+                "layers": drafter.num_hidden_layers,
+                "groups": 1,
+                "padding": plan.group_size - drafter.num_hidden_layers,
+            }
+        ], (plan.kv_cache_dtype, plan.planner, plan.layout)
+
+
 def _run_vllm_load_check(*args: str) -> None:
     proc = subprocess.run(
         # -P: do not put this folder (it has a "transformers" package) on sys.path.

@@ -31,8 +31,10 @@ from vllm.v1.attention.backends.triton_attn import (
 )
 from vllm.v1.attention.ops.triton_int8_sectioned_prefill import (
     INT8_PTH_ATTN_PATH_COUNTS,
+    sectioned_prefill_workspace_shapes,
 )
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVQuantMode
+from vllm.v1.worker import workspace
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_SIZE = 6, 2, 64
 
@@ -44,6 +46,7 @@ def make_builder(kv_quant_mode, num_speculative_tokens=None):
             get_num_kv_heads=lambda parallel_config: NUM_KV_HEADS,
             get_head_size=lambda: HEAD_SIZE,
             rswa_window=None,
+            dtype=torch.bfloat16,
         ),
         parallel_config=SimpleNamespace(decode_context_parallel_size=1),
         compilation_config=SimpleNamespace(
@@ -90,6 +93,35 @@ def test_builder_threshold_and_cudagraph_support():
             TritonAttentionMetadataBuilder.get_cudagraph_support(cfg, spec)
             == AttentionCGSupport.ALWAYS
         )
+
+
+def test_builder_reserves_prefill_workspace():
+    """vLLM locks its workspace after CUDA graph capture, and neither the
+    profile run nor the capture takes the prefill path: the builder reserves
+    the prefill scratch up front, so the first prefill finds it in a locked
+    workspace (vLLM 0.26.0 + this series failed there with CUDA graphs)."""
+    workspace.init_workspace_manager(torch.device(DEVICE))
+    try:
+        builder, _, _ = make_builder(KVQuantMode.INT8_PER_TOKEN_HEAD)
+        workspace.lock_workspace()
+        # The request forward makes for every prefill step; raises if the
+        # locked workspace would have to grow.
+        key_scratch, _, out_scratch = (
+            workspace.current_workspace_manager().get_simultaneous(
+                *sectioned_prefill_workspace_shapes(
+                    NUM_HEADS,
+                    NUM_KV_HEADS,
+                    HEAD_SIZE,
+                    torch.bfloat16,
+                    builder.int8_prefill_section_tokens,
+                    builder.int8_prefill_query_tile_tokens,
+                )
+            )
+        )
+        assert key_scratch.shape[0] == builder.int8_prefill_section_tokens
+        assert out_scratch.shape[0] == builder.int8_prefill_query_tile_tokens
+    finally:
+        workspace.reset_workspace_manager()
 
 
 # (context_len, query_len) per request, decodes first as the runner orders

@@ -61,7 +61,7 @@ class Int8SplitKVGeometry:
 GEOMETRY_TABLE: tuple[tuple[int, Int8SplitKVGeometry], ...] = (
     (1, Int8SplitKVGeometry(32, 64, 4, 3)),
     (8, Int8SplitKVGeometry(32, 64, 4, 2)),
-    (MAX_QUERY_LEN, Int8SplitKVGeometry(64, 32, 8, 2)),
+    (MAX_QUERY_LEN, Int8SplitKVGeometry(32, 32, 8, 2)),
 )
 
 
@@ -157,6 +157,145 @@ def int8_split_kv_step_supported(
 
 
 @triton.jit
+def _attend_tile(
+    M,
+    L,
+    acc,
+    Q,
+    row_qk_scale,
+    kv_limit,
+    K,  # (HEAD_SIZE, TILE_SIZE) int8
+    V,  # (TILE_SIZE, HEAD_SIZE) int8
+    k_scale,  # (TILE_SIZE,) fp32 bits as int32
+    v_scale,  # (TILE_SIZE,) fp32 bits as int32
+    kv_pos,
+    dot_dtype: tl.constexpr,
+    MASKED: tl.constexpr,
+    INTEGER_QK: tl.constexpr,
+    P_LOG2_SCALE: tl.constexpr,
+):
+    """One online-softmax step over a KV tile."""
+    k_scale = k_scale.to(tl.float32, bitcast=True)
+    v_scale = v_scale.to(tl.float32, bitcast=True)
+    if INTEGER_QK:
+        S = tl.dot(Q, K, out_dtype=tl.int32).to(tl.float32)
+    else:
+        S = tl.dot(Q, K.to(tl.float32).to(dot_dtype))
+    S = S * row_qk_scale[:, None] * k_scale[None, :]
+    if MASKED:
+        S = tl.where(kv_pos[None, :] < kv_limit[:, None], S, float("-inf"))
+
+    # Online softmax in base 2.  A row that has seen no valid key yet keeps
+    # M == -inf; use 0 as its reference so exp2(-inf - -inf) never produces
+    # NaN and it contributes nothing.
+    m_new = tl.maximum(M, tl.max(S, axis=1))
+    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(M - m_ref)
+    # P <= 2**P_LOG2_SCALE; the shift is per row, not per element.
+    P = tl.exp2(S - (m_ref - P_LOG2_SCALE)[:, None])
+    L = L * alpha + tl.sum(P, axis=1)
+    # V's per-token scale is folded into P (see P_LOG2_SCALE for the fp16
+    # range).
+    P_v = (P * v_scale[None, :]).to(dot_dtype)
+    acc = tl.dot(P_v, V.to(tl.float32).to(dot_dtype), acc * alpha[:, None])
+    return m_new, L, acc
+
+
+@triton.jit
+def _load_tile(
+    head_ptr,
+    head_words_ptr,
+    block_table_row,
+    stride_kv_0,
+    tile_idx,
+    seq_len,
+    STRIDE_SLOT: tl.constexpr,
+    V_OFFSET: tl.constexpr,
+    HEAD_SIZE: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    TILE_SIZE: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    MASKED: tl.constexpr,
+):
+    """K, V and their scales for the tokens of one KV tile.
+
+    Every offset inside a tile is a compile-time constant from one base
+    address: with ``TILE_SIZE`` dividing ``BLOCK_SIZE`` a tile lies in one
+    cache block (one block-table load); otherwise it is read as runs of 16
+    tokens (``BLOCK_SIZE`` is a multiple of 16), one base per run.
+    """
+    tile_start = tile_idx * TILE_SIZE
+    offs_d = tl.arange(0, HEAD_SIZE)
+    if BLOCK_SIZE % TILE_SIZE == 0:
+        offs_t = tl.arange(0, TILE_SIZE)
+        block = tl.load(block_table_row + tile_start // BLOCK_SIZE).to(tl.int64)
+        base = block * stride_kv_0 + (tile_start % BLOCK_SIZE) * STRIDE_SLOT
+        base = tl.multiple_of(base, ROW_ALIGN)
+        tile_ptr = head_ptr + base
+        words_ptr = head_words_ptr + base // 4
+        k_offs = offs_t[None, :] * STRIDE_SLOT + offs_d[:, None]
+        v_offs = V_OFFSET + offs_t[:, None] * STRIDE_SLOT + offs_d[None, :]
+        s_offs = offs_t * (STRIDE_SLOT // 4)
+        if MASKED:
+            valid = tile_start + offs_t < seq_len
+            K = tl.load(tile_ptr + k_offs, mask=valid[None, :], other=0)
+            V = tl.load(tile_ptr + v_offs, mask=valid[:, None], other=0)
+        else:
+            K = tl.load(tile_ptr + k_offs)
+            V = tl.load(tile_ptr + v_offs)
+    else:
+        RUN: tl.constexpr = 16
+        NUM_RUNS: tl.constexpr = TILE_SIZE // RUN
+        offs_r = tl.arange(0, NUM_RUNS)
+        offs_u = tl.arange(0, RUN)
+        run_start = tile_start + offs_r * RUN
+        if MASKED:
+            block = tl.load(
+                block_table_row + run_start // BLOCK_SIZE,
+                mask=run_start < seq_len,
+                other=0,
+            )
+        else:
+            block = tl.load(block_table_row + run_start // BLOCK_SIZE)
+        base = block.to(tl.int64) * stride_kv_0 + (run_start % BLOCK_SIZE) * STRIDE_SLOT
+        base = tl.multiple_of(base, ROW_ALIGN)
+        words_ptr = head_words_ptr + base[:, None] // 4
+        k_offs = offs_u[None, None, :] * STRIDE_SLOT + offs_d[:, None, None]
+        v_offs = V_OFFSET + offs_u[None, :, None] * STRIDE_SLOT + offs_d[None, None, :]
+        s_offs = offs_u[None, :] * (STRIDE_SLOT // 4)
+        if MASKED:
+            valid = run_start[:, None] + offs_u[None, :] < seq_len
+            K = tl.load(
+                head_ptr + base[None, :, None] + k_offs,
+                mask=valid[None, :, :],
+                other=0,
+            )
+            V = tl.load(
+                head_ptr + base[:, None, None] + v_offs,
+                mask=valid[:, :, None],
+                other=0,
+            )
+        else:
+            K = tl.load(head_ptr + base[None, :, None] + k_offs)
+            V = tl.load(head_ptr + base[:, None, None] + v_offs)
+        K = tl.reshape(K, [HEAD_SIZE, TILE_SIZE])
+        V = tl.reshape(V, [TILE_SIZE, HEAD_SIZE])
+    # Each row's fp32 scale is the word right after its values.
+    k_scale_offs = s_offs + HEAD_SIZE // 4
+    v_scale_offs = s_offs + (V_OFFSET + HEAD_SIZE) // 4
+    if MASKED:
+        k_scale = tl.load(words_ptr + k_scale_offs, mask=valid, other=0)
+        v_scale = tl.load(words_ptr + v_scale_offs, mask=valid, other=0)
+    else:
+        k_scale = tl.load(words_ptr + k_scale_offs)
+        v_scale = tl.load(words_ptr + v_scale_offs)
+    if BLOCK_SIZE % TILE_SIZE != 0:
+        k_scale = tl.reshape(k_scale, [TILE_SIZE])
+        v_scale = tl.reshape(v_scale, [TILE_SIZE])
+    return K, V, k_scale, v_scale
+
+
+@triton.jit
 def kernel_int8_split_kv_attention(
     out_ptr,  # [num_tokens, num_query_heads, HEAD_SIZE]
     segm_out_ptr,  # [max_partials, num_query_heads, HEAD_SIZE] float32
@@ -175,10 +314,11 @@ def kernel_int8_split_kv_attention(
     out_stride_0: tl.int64,
     out_stride_1: tl.int64,
     block_table_stride: tl.int64,
-    stride_kv_0: tl.int64,  # bytes, multiple of 4
-    stride_kv_1: tl.int64,  # bytes, multiple of 4
-    stride_kv_2: tl.int64,  # bytes, multiple of 4
+    stride_kv_0: tl.int64,  # bytes, multiple of ROW_ALIGN
+    STRIDE_SLOT: tl.constexpr,  # bytes, multiple of ROW_ALIGN
+    STRIDE_HEAD: tl.constexpr,  # bytes, multiple of ROW_ALIGN
     V_OFFSET: tl.constexpr,  # bytes from a K row to its V row, multiple of 4
+    ROW_ALIGN: tl.constexpr,  # 8 or 4: alignment of every K row, in bytes
     NUM_QUERIES_PER_KV: tl.constexpr,
     BLOCK_M: tl.constexpr,
     HEAD_SIZE: tl.constexpr,
@@ -232,73 +372,84 @@ def kernel_int8_split_kv_attention(
     tiles_per_segment = tl.cdiv(num_tiles, NUM_SEGMENTS)
     tile_lo = segm_idx * tiles_per_segment
     tile_hi = tl.minimum(tile_lo + tiles_per_segment, num_tiles)
+    # Tiles that every query row sees whole run without masks.
+    full_hi = tl.minimum(tile_hi, (seq_len - q_len + 1) // TILE_SIZE)
+    full_hi = tl.maximum(full_hi, tile_lo)
 
     M = tl.full([BLOCK_M], float("-inf"), tl.float32)
     L = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_SIZE], tl.float32)
-    offs_t = tl.arange(0, TILE_SIZE)
     block_table_row = block_table_ptr + seq_idx.to(tl.int64) * block_table_stride
+    head_ptr = kv_cache_ptr + kv_head_idx * STRIDE_HEAD
+    head_words_ptr = kv_words_ptr + kv_head_idx * (STRIDE_HEAD // 4)
 
-    for j in range(tile_lo, tile_hi):
-        kv_pos = j * TILE_SIZE + offs_t
-        kv_mask = kv_pos < seq_len
-        block_idx = tl.load(
-            block_table_row + kv_pos // BLOCK_SIZE, mask=kv_mask, other=0
-        ).to(tl.int64)
-        slot = kv_pos % BLOCK_SIZE
-        # Byte offset of each key's row.  Rows are 4-byte aligned (checked by
-        # the launcher); saying so lets the compiler emit 32-bit loads, and
-        # each row's fp32 scale is the word right after its data.
-        row = block_idx * stride_kv_0 + slot * stride_kv_1 + kv_head_idx * stride_kv_2
-        row = tl.multiple_of(row, 4)
-        word = row // 4
-
-        # K : (HEAD_SIZE, TILE_SIZE) int8
-        K = tl.load(
-            kv_cache_ptr + row[None, :] + offs_d[:, None],
-            mask=kv_mask[None, :],
-            other=0,
+    for j in range(tile_lo, full_hi):
+        K, V, k_scale, v_scale = _load_tile(
+            head_ptr,
+            head_words_ptr,
+            block_table_row,
+            stride_kv_0,
+            j,
+            seq_len,
+            STRIDE_SLOT,
+            V_OFFSET,
+            HEAD_SIZE,
+            BLOCK_SIZE,
+            TILE_SIZE,
+            ROW_ALIGN,
+            False,
         )
-        k_scale = tl.load(
-            kv_words_ptr + word + HEAD_SIZE // 4, mask=kv_mask, other=0
-        ).to(tl.float32, bitcast=True)
-        # Issue the V loads before the softmax so that K and V are in flight
-        # together: decode is latency-bound per program, not compute-bound.
-        # V : (TILE_SIZE, HEAD_SIZE) int8, widened in registers.
-        V = tl.load(
-            kv_cache_ptr + V_OFFSET + row[:, None] + offs_d[None, :],
-            mask=kv_mask[:, None],
-            other=0,
+        M, L, acc = _attend_tile(
+            M,
+            L,
+            acc,
+            Q,
+            row_qk_scale,
+            kv_limit,
+            K,
+            V,
+            k_scale,
+            v_scale,
+            j * TILE_SIZE + tl.arange(0, TILE_SIZE),
+            dot_dtype,
+            False,
+            INTEGER_QK,
+            P_LOG2_SCALE,
         )
-        v_scale = tl.load(
-            kv_words_ptr + word + (V_OFFSET + HEAD_SIZE) // 4, mask=kv_mask, other=0
-        ).to(tl.float32, bitcast=True)
-        if INTEGER_QK:
-            S = tl.dot(Q, K, out_dtype=tl.int32).to(tl.float32)
-        else:
-            S = tl.dot(Q, K.to(tl.float32).to(dot_dtype))
-        S = S * row_qk_scale[:, None] * k_scale[None, :]
-        S = tl.where(
-            kv_mask[None, :] & (kv_pos[None, :] < kv_limit[:, None]),
-            S,
-            float("-inf"),
+    # The last tiles: past the context or partly hidden by the causal mask.
+    for j in range(full_hi, tile_hi):
+        K, V, k_scale, v_scale = _load_tile(
+            head_ptr,
+            head_words_ptr,
+            block_table_row,
+            stride_kv_0,
+            j,
+            seq_len,
+            STRIDE_SLOT,
+            V_OFFSET,
+            HEAD_SIZE,
+            BLOCK_SIZE,
+            TILE_SIZE,
+            ROW_ALIGN,
+            True,
         )
-
-        # Online softmax in base 2.  A row that has seen no valid key yet
-        # keeps M == -inf; use 0 as its reference so exp2(-inf - -inf) never
-        # produces NaN and it contributes nothing.
-        m_new = tl.maximum(M, tl.max(S, axis=1))
-        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(M - m_ref)
-        # P <= 2**P_LOG2_SCALE; the shift is per row, not per element.
-        P = tl.exp2(S - (m_ref - P_LOG2_SCALE)[:, None])
-        L = L * alpha + tl.sum(P, axis=1)
-        M = m_new
-
-        # V's per-token scale is folded into P (see P_LOG2_SCALE for the
-        # fp16 range).
-        P_v = (P * v_scale[None, :]).to(dot_dtype)
-        acc = tl.dot(P_v, V.to(tl.float32).to(dot_dtype), acc * alpha[:, None])
+        M, L, acc = _attend_tile(
+            M,
+            L,
+            acc,
+            Q,
+            row_qk_scale,
+            kv_limit,
+            K,
+            V,
+            k_scale,
+            v_scale,
+            j * TILE_SIZE + tl.arange(0, TILE_SIZE),
+            dot_dtype,
+            True,
+            INTEGER_QK,
+            P_LOG2_SCALE,
+        )
 
     if NUM_SEGMENTS == 1:
         inv_l = tl.where(L > 0.0, 1.0 / L, 0.0)
@@ -497,6 +648,21 @@ def int8_split_kv_attention(
             f"{segm_output.shape[0]} partial slots (or are not a power of two)"
         )
 
+    tile_size = geometry.tile_size
+    if block_size % tile_size and block_size % 16:
+        raise ValueError(
+            f"block_size {block_size} must be a multiple of 16 or of the KV tile "
+            f"({tile_size} tokens)"
+        )
+    # 8-byte alignment of every K row lets the compiler use 64-bit loads
+    # (upstream's layout: 520-byte rows for head_size 256).
+    row_align = (
+        8
+        if k_cache.data_ptr() % 8 == 0
+        and not any(st % 8 for st in k_cache.stride()[:3])
+        else 4
+    )
+
     kernel_int8_split_kv_attention[(num_seqs, num_kv_heads, num_segments)](
         out,
         segm_output,
@@ -516,14 +682,15 @@ def int8_split_kv_attention(
         out_stride_1=out.stride(1),
         block_table_stride=block_table.stride(0),
         stride_kv_0=k_cache.stride(0),
-        stride_kv_1=k_cache.stride(1),
-        stride_kv_2=k_cache.stride(2),
+        STRIDE_SLOT=k_cache.stride(1),
+        STRIDE_HEAD=k_cache.stride(2),
         V_OFFSET=v_offset,
+        ROW_ALIGN=row_align,
         NUM_QUERIES_PER_KV=num_queries_per_kv,
         BLOCK_M=block_m,
         HEAD_SIZE=head_size,
         BLOCK_SIZE=block_size,
-        TILE_SIZE=geometry.tile_size,
+        TILE_SIZE=tile_size,
         NUM_SEGMENTS=num_segments,
         INTEGER_QK=integer_qk,
         P_LOG2_SCALE=P_LOG2_SCALE,
