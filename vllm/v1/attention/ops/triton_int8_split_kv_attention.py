@@ -6,9 +6,11 @@ Decode and speculative verify (1..16 query tokens per request) are
 memory-bound: each step streams the whole context once.  The kernel here
 
 * reads the cache in place (a row is ``head_size`` int8 values followed by
-  their fp32 scale) with loads the compiler can prove 4-byte aligned, takes
-  each row's scale from the row itself and dequantises V in registers; no
-  converted copy of the cache is ever written,
+  their fp32 scale), a KV tile at a time from one base address, so every
+  offset inside a tile is a compile-time constant and the loads are as wide
+  as the rows' alignment allows; takes each row's scale from the row itself
+  and dequantises V in registers; no converted copy of the cache is ever
+  written,
 * packs all query heads that share a KV head and all query tokens of a
   request into the rows of one tile, so K/V are read once per KV head,
 * splits the context into segments processed by separate programs and
