@@ -11,6 +11,7 @@ Settings the engines share (Qwen3.5 text-only, no tokenizer, GDN prefill in
 Triton, ...) live in :func:`engine_kwargs`.
 """
 
+import argparse
 import hashlib
 import importlib
 import importlib.util
@@ -78,6 +79,63 @@ def ensure_models(
         log(f"writing random {preset} model + DFlash drafter to {out}")
         make_hybrid_model.make_models(preset, out, drafter=True)
     return out, drafter or f"{out}-dflash"
+
+
+# --------------------------------------------------------------------------
+# Command line
+
+
+def script_parser(
+    doc: str,
+    *,
+    model_help: str,
+    max_num_batched_tokens: int,
+    gpu_memory_utilization: float = 0.5,
+    drafter: bool = True,
+) -> argparse.ArgumentParser:
+    """Parser with the arguments every script here shares.
+
+    Args:
+        doc: The script's docstring: first paragraph as description, the
+            rest as epilog.
+        model_help: Help of ``--model`` (which model the script writes when
+            none is given).
+        max_num_batched_tokens: Default of ``--max-num-batched-tokens``.
+        gpu_memory_utilization: Default of ``--gpu-memory-utilization``.
+        drafter: Whether the script takes ``--drafter``.
+    """
+    p = argparse.ArgumentParser(
+        description=doc.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=doc.split("\n\n", 1)[1],
+    )
+    p.add_argument("--model", help=model_help)
+    if drafter:
+        p.add_argument(
+            "--drafter", help="DFlash drafter folder (default <model>-dflash)"
+        )
+    p.add_argument("--results-dir", default="benchmarks/results/e2e")
+    p.add_argument("--max-num-batched-tokens", type=int, default=max_num_batched_tokens)
+    p.add_argument(
+        "--gpu-memory-utilization", type=float, default=gpu_memory_utilization
+    )
+    p.add_argument(
+        "--kv-cache-memory-gib",
+        type=float,
+        default=None,
+        help="fixed KV-cache size per engine instead of profiling (lets several "
+        "scripts share one GPU)",
+    )
+    return p
+
+
+def engine_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The engine settings of :func:`script_parser`'s arguments (cfg keys)."""
+    return {
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "gpu_memory_utilization": args.gpu_memory_utilization,
+        "kv_cache_memory_gib": args.kv_cache_memory_gib,
+    }
 
 
 # --------------------------------------------------------------------------

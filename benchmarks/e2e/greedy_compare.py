@@ -31,8 +31,10 @@ import os
 import sys
 
 from e2e_common import (
+    KV_CONFIGS,
     drop_scale_views,
     engine_kwargs,
+    engine_settings,
     ensure_models,
     first_divergence,
     log,
@@ -42,6 +44,7 @@ from e2e_common import (
     provenance,
     read_path_counter,
     save_json,
+    script_parser,
     spawn,
     spec_decode_stats,
 )
@@ -163,10 +166,9 @@ def run(args: argparse.Namespace) -> dict:
         "prompts": prompts,
         "max_tokens": args.max_tokens,
         "max_model_len": max(args.prompt_lengths) + args.max_tokens + 64,
-        "max_num_batched_tokens": args.max_num_batched_tokens,
         "enforce_eager": not args.cuda_graphs,
         "num_spec_tokens": args.num_spec_tokens,
-        "kv_cache_memory_gib": args.kv_cache_memory_gib,
+        **engine_settings(args),
     }
     names = []
     for kv in args.kv:
@@ -218,31 +220,15 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n\n", 1)[1],
+    p = script_parser(
+        __doc__,
+        model_help="tiny target folder (default: write one)",
+        max_num_batched_tokens=512,
     )
-    p.add_argument("--model", help="tiny target folder (default: write one)")
-    p.add_argument("--drafter", help="DFlash drafter folder (default <model>-dflash)")
-    p.add_argument("--results-dir", default="benchmarks/results/e2e")
-    p.add_argument(
-        "--kv",
-        nargs="+",
-        default=["bf16-fa", "bf16-triton", "int8-triton"],
-        choices=["bf16-fa", "bf16-triton", "int8-triton"],
-    )
+    p.add_argument("--kv", nargs="+", default=list(KV_CONFIGS), choices=KV_CONFIGS)
     p.add_argument("--no-dflash", action="store_true")
     p.add_argument("--prompt-lengths", type=int, nargs="+", default=PROMPT_LENGTHS)
     p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--max-num-batched-tokens", type=int, default=512)
-    p.add_argument(
-        "--kv-cache-memory-gib",
-        type=float,
-        default=None,
-        help="fixed KV-cache size per engine instead of profiling (lets several "
-        "scripts share one GPU)",
-    )
     p.add_argument("--num-spec-tokens", type=int, default=5)
     p.add_argument(
         "--tie-nats",

@@ -25,12 +25,14 @@ import os
 import sys
 
 from e2e_common import (
+    engine_settings,
     ensure_models,
     first_divergence,
     log,
     make_prompts,
     model_vocab_size,
     save_json,
+    script_parser,
     spawn,
 )
 
@@ -48,12 +50,11 @@ def run(args: argparse.Namespace) -> dict:
         "prompts": prompts,
         "max_tokens": args.max_tokens,
         "max_model_len": max(args.prompt_lengths) + args.max_tokens + 64,
-        "max_num_batched_tokens": args.max_num_batched_tokens,
         # Eager: the views are rebuilt by Python code in the forward pass.
         "enforce_eager": True,
         "modes": ["batch"],
         "drafter": drafter if args.dflash else None,
-        "kv_cache_memory_gib": args.kv_cache_memory_gib,
+        **engine_settings(args),
     }
     normal = spawn(GREEDY_SCRIPT, dict(base, name="int8-normal"))
     dropped = spawn(
@@ -76,24 +77,13 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n\n", 1)[1],
+    p = script_parser(
+        __doc__,
+        model_help="tiny target folder (default: write one)",
+        max_num_batched_tokens=512,
     )
-    p.add_argument("--model", help="tiny target folder (default: write one)")
-    p.add_argument("--drafter", help="DFlash drafter folder (default <model>-dflash)")
-    p.add_argument("--results-dir", default="benchmarks/results/e2e")
     p.add_argument("--prompt-lengths", type=int, nargs="+", default=[16, 300, 1500])
     p.add_argument("--max-tokens", type=int, default=32)
-    p.add_argument("--max-num-batched-tokens", type=int, default=512)
-    p.add_argument(
-        "--kv-cache-memory-gib",
-        type=float,
-        default=None,
-        help="fixed KV-cache size per engine instead of profiling (lets several "
-        "scripts share one GPU)",
-    )
     p.add_argument(
         "--dflash",
         action="store_true",

@@ -35,7 +35,9 @@ import sys
 import time
 
 from e2e_common import (
+    KV_CONFIGS,
     engine_kwargs,
+    engine_settings,
     ensure_models,
     log,
     make_prompts,
@@ -44,6 +46,7 @@ from e2e_common import (
     provenance,
     read_path_counter,
     save_json,
+    script_parser,
     spawn,
 )
 
@@ -167,11 +170,10 @@ def run(args: argparse.Namespace) -> dict:
         "contexts": args.contexts,
         "decode_tokens": args.decode_tokens,
         "max_model_len": max(args.contexts) + args.decode_tokens + 1024,
-        "max_num_batched_tokens": args.max_num_batched_tokens,
         "max_num_seqs": 4,
         "enforce_eager": args.enforce_eager,
-        "gpu_memory_utilization": args.gpu_memory_utilization,
         "num_spec_tokens": args.num_spec_tokens,
+        **engine_settings(args),
         "concurrent": [65536, 32768],
         "concurrent_a_tokens": args.concurrent_a_tokens,
     }
@@ -231,18 +233,14 @@ def compare(paths: list[str], out_dir: str) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n\n", 1)[1],
+    p = script_parser(
+        __doc__,
+        model_help="27B-geometry target folder (default: write one)",
+        max_num_batched_tokens=2048,
+        gpu_memory_utilization=0.85,
     )
     p.add_argument("--label", default="run", help="name of this configuration")
-    p.add_argument(
-        "--kv", default="int8-triton", choices=["bf16-fa", "bf16-triton", "int8-triton"]
-    )
-    p.add_argument("--model", help="27B-geometry target folder (default: write one)")
-    p.add_argument("--drafter", help="DFlash drafter folder (default <model>-dflash)")
-    p.add_argument("--results-dir", default="benchmarks/results/e2e")
+    p.add_argument("--kv", default="int8-triton", choices=KV_CONFIGS)
     p.add_argument("--contexts", type=int, nargs="+", default=CONTEXTS)
     p.add_argument("--decode-tokens", type=int, default=128)
     p.add_argument("--concurrent-a-tokens", type=int, default=512)
@@ -250,8 +248,6 @@ def parser() -> argparse.ArgumentParser:
         "--spec", nargs="+", default=["none", "dflash"], choices=["none", "dflash"]
     )
     p.add_argument("--num-spec-tokens", type=int, default=5)
-    p.add_argument("--max-num-batched-tokens", type=int, default=2048)
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     p.add_argument("--enforce-eager", action="store_true")
     p.add_argument("--compare", nargs="+", help="serve_<label>.json files to compare")
     return p

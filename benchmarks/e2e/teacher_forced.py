@@ -33,12 +33,14 @@ import sys
 
 from e2e_common import (
     engine_kwargs,
+    engine_settings,
     ensure_models,
     log,
     maybe_run_worker,
     provenance,
     read_path_counter,
     save_json,
+    script_parser,
     spawn,
 )
 
@@ -164,10 +166,9 @@ def run(args: argparse.Namespace) -> dict:
             "model": model,
             "docs": docs,
             "max_model_len": DOC_TOKENS + 16,
-            "max_num_batched_tokens": args.max_num_batched_tokens,
             "max_num_seqs": 1,
             "enforce_eager": not args.cuda_graphs,
-            "gpu_memory_utilization": args.gpu_memory_utilization,
+            **engine_settings(args),
         }
         results[name] = spawn(os.path.abspath(__file__), cfg)
         got = results[name]["provenance"]
@@ -202,16 +203,14 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n\n", 1)[1],
+    p = script_parser(
+        __doc__,
+        model_help="target folder (default: write --preset)",
+        max_num_batched_tokens=4096,
+        gpu_memory_utilization=0.6,
+        drafter=False,
     )
-    p.add_argument("--model", help="target folder (default: write --preset)")
     p.add_argument("--preset", default="tiny", choices=["tiny", "27b-geometry"])
-    p.add_argument("--results-dir", default="benchmarks/results/e2e")
-    p.add_argument("--max-num-batched-tokens", type=int, default=4096)
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.6)
     p.add_argument("--cuda-graphs", action="store_true")
     return p
 

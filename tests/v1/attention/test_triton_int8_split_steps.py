@@ -95,33 +95,35 @@ def test_builder_threshold_and_cudagraph_support():
         )
 
 
-def test_builder_reserves_prefill_workspace():
+@pytest.fixture(autouse=True)
+def workspace_manager():
+    """The engine's WorkspaceManager (the prefill scratch comes from it)."""
+    workspace.init_workspace_manager(torch.device(DEVICE))
+    yield workspace.current_workspace_manager()
+    workspace.reset_workspace_manager()
+
+
+def test_builder_reserves_prefill_workspace(workspace_manager):
     """vLLM locks its workspace after CUDA graph capture, and neither the
     profile run nor the capture takes the prefill path: the builder reserves
     the prefill scratch up front, so the first prefill finds it in a locked
     workspace (vLLM 0.26.0 + this series failed there with CUDA graphs)."""
-    workspace.init_workspace_manager(torch.device(DEVICE))
-    try:
-        builder, _, _ = make_builder(KVQuantMode.INT8_PER_TOKEN_HEAD)
-        workspace.lock_workspace()
-        # The request forward makes for every prefill step; raises if the
-        # locked workspace would have to grow.
-        key_scratch, _, out_scratch = (
-            workspace.current_workspace_manager().get_simultaneous(
-                *sectioned_prefill_workspace_shapes(
-                    NUM_HEADS,
-                    NUM_KV_HEADS,
-                    HEAD_SIZE,
-                    torch.bfloat16,
-                    builder.int8_prefill_section_tokens,
-                    builder.int8_prefill_query_tile_tokens,
-                )
-            )
+    builder, _, _ = make_builder(KVQuantMode.INT8_PER_TOKEN_HEAD)
+    workspace_manager.lock()
+    # The request forward makes for every prefill step; raises if the locked
+    # workspace would have to grow.
+    key_scratch, _, out_scratch = workspace_manager.get_simultaneous(
+        *sectioned_prefill_workspace_shapes(
+            NUM_HEADS,
+            NUM_KV_HEADS,
+            HEAD_SIZE,
+            torch.bfloat16,
+            builder.int8_prefill_section_tokens,
+            builder.int8_prefill_query_tile_tokens,
         )
-        assert key_scratch.shape[0] == builder.int8_prefill_section_tokens
-        assert out_scratch.shape[0] == builder.int8_prefill_query_tile_tokens
-    finally:
-        workspace.reset_workspace_manager()
+    )
+    assert key_scratch.shape[0] == builder.int8_prefill_section_tokens
+    assert out_scratch.shape[0] == builder.int8_prefill_query_tile_tokens
 
 
 # (context_len, query_len) per request, decodes first as the runner orders
@@ -140,10 +142,12 @@ STEPS = {
 # Decode rows go to the split-KV kernel, or to the unified kernel for layers
 # that kernel does not take (e.g. head sizes other than 64/128/256).
 @pytest.mark.parametrize("decode_kernel", ["split_kv", "unified"])
-def test_mixed_step(step, decode_kernel):
+def test_mixed_step(step, decode_kernel, workspace_manager):
     torch.manual_seed(0)
     reqs = STEPS[step]
     builder, _, _ = make_builder(KVQuantMode.INT8_PER_TOKEN_HEAD)
+    # As in the engine: nothing may grow the workspace after this.
+    workspace_manager.lock()
     builder.int8_prefill_section_tokens = 32
     builder.int8_prefill_query_tile_tokens = 16
     scale = HEAD_SIZE**-0.5

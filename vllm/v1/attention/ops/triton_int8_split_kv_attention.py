@@ -374,7 +374,7 @@ def kernel_int8_split_kv_attention(
     tiles_per_segment = tl.cdiv(num_tiles, NUM_SEGMENTS)
     tile_lo = segm_idx * tiles_per_segment
     tile_hi = tl.minimum(tile_lo + tiles_per_segment, num_tiles)
-    # Tiles that every query row sees whole run without masks.
+    # Tiles below full_hi are seen whole by every query row.
     full_hi = tl.minimum(tile_hi, (seq_len - q_len + 1) // TILE_SIZE)
     full_hi = tl.maximum(full_hi, tile_lo)
 
@@ -385,73 +385,44 @@ def kernel_int8_split_kv_attention(
     head_ptr = kv_cache_ptr + kv_head_idx * STRIDE_HEAD
     head_words_ptr = kv_words_ptr + kv_head_idx * (STRIDE_HEAD // 4)
 
-    for j in range(tile_lo, full_hi):
-        K, V, k_scale, v_scale = _load_tile(
-            head_ptr,
-            head_words_ptr,
-            block_table_row,
-            stride_kv_0,
-            j,
-            seq_len,
-            STRIDE_SLOT,
-            V_OFFSET,
-            HEAD_SIZE,
-            BLOCK_SIZE,
-            TILE_SIZE,
-            ROW_ALIGN,
-            False,
-        )
-        M, L, acc = _attend_tile(
-            M,
-            L,
-            acc,
-            Q,
-            row_qk_scale,
-            kv_limit,
-            K,
-            V,
-            k_scale,
-            v_scale,
-            j * TILE_SIZE + tl.arange(0, TILE_SIZE),
-            dot_dtype,
-            False,
-            INTEGER_QK,
-            P_LOG2_SCALE,
-        )
-    # The last tiles: past the context or partly hidden by the causal mask.
-    for j in range(full_hi, tile_hi):
-        K, V, k_scale, v_scale = _load_tile(
-            head_ptr,
-            head_words_ptr,
-            block_table_row,
-            stride_kv_0,
-            j,
-            seq_len,
-            STRIDE_SLOT,
-            V_OFFSET,
-            HEAD_SIZE,
-            BLOCK_SIZE,
-            TILE_SIZE,
-            ROW_ALIGN,
-            True,
-        )
-        M, L, acc = _attend_tile(
-            M,
-            L,
-            acc,
-            Q,
-            row_qk_scale,
-            kv_limit,
-            K,
-            V,
-            k_scale,
-            v_scale,
-            j * TILE_SIZE + tl.arange(0, TILE_SIZE),
-            dot_dtype,
-            True,
-            INTEGER_QK,
-            P_LOG2_SCALE,
-        )
+    # Two loops: tiles that every query row sees whole, without masks, then
+    # the last ones (past the context or partly hidden by the causal mask).
+    for masked in tl.static_range(2):
+        lo = full_hi if masked else tile_lo
+        hi = tile_hi if masked else full_hi
+        for j in range(lo, hi):
+            K, V, k_scale, v_scale = _load_tile(
+                head_ptr,
+                head_words_ptr,
+                block_table_row,
+                stride_kv_0,
+                j,
+                seq_len,
+                STRIDE_SLOT,
+                V_OFFSET,
+                HEAD_SIZE,
+                BLOCK_SIZE,
+                TILE_SIZE,
+                ROW_ALIGN,
+                masked,
+            )
+            M, L, acc = _attend_tile(
+                M,
+                L,
+                acc,
+                Q,
+                row_qk_scale,
+                kv_limit,
+                K,
+                V,
+                k_scale,
+                v_scale,
+                j * TILE_SIZE + tl.arange(0, TILE_SIZE),
+                dot_dtype,
+                masked,
+                INTEGER_QK,
+                P_LOG2_SCALE,
+            )
 
     if NUM_SEGMENTS == 1:
         inv_l = tl.where(L > 0.0, 1.0 / L, 0.0)
