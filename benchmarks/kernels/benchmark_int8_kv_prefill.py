@@ -42,6 +42,7 @@ from vllm.v1.attention.ops.triton_int8_sectioned_prefill import (
     DEFAULT_SECTION_TOKENS,
     build_sectioned_prefill_metadata,
 )
+from vllm.v1.worker.workspace import init_workspace_manager
 
 IMPLS = ("fa_bf16", "triton_int8", "sectioned_int8")
 MiB = 2**20
@@ -196,6 +197,9 @@ def main():
 
     torch.manual_seed(0)
     device = torch.device(current_platform.device_type)
+    # The sectioned path takes its scratch from vLLM's workspace manager,
+    # which the model runner creates in a server.
+    init_workspace_manager(device)
     gpu = current_platform.get_device_name()
     fa_version = get_flash_attn_version(head_size=args.head_size)
     rows = []

@@ -17,6 +17,7 @@ from vllm.platforms import current_platform
 from vllm.v1.attention.backends.triton_attn import (
     TritonAttentionBackend,
     TritonAttentionImpl,
+    int8_per_token_head_planar_views,
 )
 from vllm.v1.attention.ops.triton_int8_sectioned_prefill import (
     build_sectioned_prefill_metadata,
@@ -65,15 +66,15 @@ def make_int8_cache(num_blocks, num_kv_heads, head_size, layout="NHD"):
 
 
 def torch_dequant(kv_cache, block_table_row, positions, head_size):
-    """[len(positions), num_kv_heads, head_size] fp32 K and V."""
+    """[len(positions), num_kv_heads, head_size] fp32 K and V, read through
+    the backend's views with plain indexing."""
+    key, value, k_scale, v_scale = int8_per_token_head_planar_views(kv_cache, head_size)
     blocks = block_table_row[positions // BLOCK_SIZE].long()
-    rows = kv_cache[blocks, :, positions % BLOCK_SIZE]  # [N, H, 2 * (hs + 4)]
-    halves = []
-    for off in (0, head_size + 4):
-        data = rows[..., off : off + head_size].float()
-        scale = rows[..., off + head_size : off + head_size + 4].contiguous()
-        halves.append(data * scale.view(torch.float32))
-    return halves
+    slots = positions % BLOCK_SIZE
+    return [
+        data[blocks, slots].float() * scale[blocks, slots][..., None]
+        for data, scale in ((key, k_scale), (value, v_scale))
+    ]
 
 
 def write_requests(impl, kv_cache, seq_lens, num_kv_heads, head_size, dtype):
@@ -111,7 +112,13 @@ def test_dequant_section(head_size, layout, start, length):
     )
     value_out = torch.full_like(key_out, float("nan"))
     dequant_int8_pth_section(
-        kv_cache, block_table, 0, start, length, key_out, value_out
+        int8_per_token_head_planar_views(kv_cache, head_size),
+        block_table,
+        0,
+        start,
+        length,
+        key_out,
+        value_out,
     )
     pos = torch.arange(start, start + length, device=DEVICE)
     ref_k, ref_v = torch_dequant(kv_cache, block_table[0], pos, head_size)
@@ -185,7 +192,7 @@ def test_sectioned_prefill(case, num_heads, num_kv_heads, head_size, dtype):
         query,
         key,
         value,
-        kv_cache,
+        int8_per_token_head_planar_views(kv_cache, head_size),
         block_table,
         output,
         metadata,

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""INT8 per-token-head KV cache: aligned-row path of the unified Triton
-kernel.
+"""INT8 per-token-head KV cache: the planar page layout of the Triton backend,
+its writer and its readers.
 
 On CPU the Triton interpreter runs a representative subset at small sizes
 (``TRITON_INTERPRET=1 CUDA_VISIBLE_DEVICES=''``); on CUDA the full grid.
@@ -11,10 +11,14 @@ import pytest
 import torch
 
 from vllm.platforms import current_platform
-from vllm.v1.attention.ops.triton_unified_attention import (
-    _int8_kv_inline_v_offset,
-    unified_attention,
+from vllm.v1.attention.backends.triton_attn import (
+    TritonAttentionBackend,
+    int8_per_token_head_planar_views,
 )
+from vllm.v1.attention.ops.triton_reshape_and_cache_flash import (
+    triton_reshape_and_cache_flash_per_token_head_quant,
+)
+from vllm.v1.attention.ops.triton_unified_attention import unified_attention
 from vllm.v1.kv_cache_interface import KVQuantMode
 
 DEVICE_TYPE = "cuda" if current_platform.is_cuda() else "cpu"
@@ -27,6 +31,15 @@ BLOCK_SIZE = 16
 # The Triton interpreter mis-computes bfloat16 dots and int8 -> bfloat16
 # casts, so CPU runs use float16.
 DTYPE = torch.bfloat16 if FULL else torch.float16
+# Physical orders of the logical (blocks, heads, slots, bytes) cache.
+LAYOUTS = {"NHD": (0, 2, 1, 3), "HND": (0, 1, 2, 3)}
+
+
+@pytest.fixture(autouse=True)
+def _restore_default_device():
+    """Tests here set the default device; do not leak it to other modules."""
+    yield
+    torch.set_default_device(None)
 
 
 def _quantize_int8_per_token_head(x: torch.Tensor):
@@ -36,6 +49,39 @@ def _quantize_int8_per_token_head(x: torch.Tensor):
     return data, scale
 
 
+def make_kv_cache_tensor(
+    num_blocks: int,
+    num_kv_heads: int,
+    head_size: int,
+    block_size: int = BLOCK_SIZE,
+    page_bytes: int | None = None,
+    layout: str = "NHD",
+) -> torch.Tensor:
+    """The backend's logical int8 cache over random bytes.
+
+    ``page_bytes`` (default: the block's own size) is the distance between
+    blocks; a larger value gives a hybrid model's padded pages (see
+    ``_reshape_attention_kv_cache``), whose padding holds random bytes.
+    """
+    shape = TritonAttentionBackend.get_kv_cache_shape(
+        num_blocks, block_size, num_kv_heads, head_size, "int8_per_token_head"
+    )
+    block_bytes = shape[1] * shape[2] * shape[3]
+    if page_bytes is None:
+        page_bytes = block_bytes
+    assert page_bytes >= block_bytes and page_bytes % 16 == 0
+    storage = torch.randint(-128, 128, (num_blocks * page_bytes,), dtype=torch.int8)
+    order = LAYOUTS[layout]
+    physical = [shape[i] for i in order]
+    strides = [0] * 4
+    step = 1
+    for dim in reversed(range(1, 4)):
+        strides[order[dim]] = step
+        step *= physical[dim]
+    strides[0] = page_bytes
+    return torch.as_strided(storage, shape, strides)
+
+
 def make_int8_kv_cache(
     num_blocks: int,
     num_kv_heads: int,
@@ -43,44 +89,30 @@ def make_int8_kv_cache(
     dtype: torch.dtype,
     block_size: int = BLOCK_SIZE,
     page_bytes: int | None = None,
+    layout: str = "NHD",
 ):
-    """Build the cache exactly as the Triton backend lays it out (NHD).
-
-    ``page_bytes`` (default: the block's own size) is the distance between
-    blocks.  A larger value gives a hybrid model's layout: blocks aligned to
-    the Mamba state (so not a power of two) in padded pages (see
-    ``_reshape_attention_kv_cache``).  The padding holds random bytes, so a
-    kernel that reads outside the rows gets garbage.
+    """A filled cache in the backend's planar layout.
 
     Returns (key_cache, value_cache, k_scale, v_scale, k_deq, v_deq): the
-    int8 row views ``[num_blocks, block_size, num_kv_heads, head_size + 4]``,
-    their inline fp32 scale views ``[num_blocks, block_size, num_kv_heads]``
-    and the dequantised fp32 caches ``[..., head_size]``.
+    views of ``int8_per_token_head_planar_views`` and the dequantised fp32
+    caches ``[num_blocks, block_size, num_kv_heads, head_size]``.
     """
-    padded = head_size + 4
-    row_bytes = num_kv_heads * 2 * padded
-    if page_bytes is None:
-        page_bytes = block_size * row_bytes
-    assert page_bytes >= block_size * row_bytes and page_bytes % 4 == 0
-    storage = torch.randint(-128, 128, (num_blocks * page_bytes,), dtype=torch.int8)
-    raw = torch.as_strided(
-        storage,
-        (num_blocks, block_size, num_kv_heads, 2 * padded),
-        (page_bytes, row_bytes, 2 * padded, 1),
+    kv_cache = make_kv_cache_tensor(
+        num_blocks, num_kv_heads, head_size, block_size, page_bytes, layout
     )
-    words = raw.view(torch.float32)
+    views = int8_per_token_head_planar_views(kv_cache, head_size)
     key = torch.randn(num_blocks, block_size, num_kv_heads, head_size, dtype=dtype)
     value = torch.randn_like(key)
     deq = []
-    for half, x in enumerate((key, value)):
+    for x, data_view, scale_view in (
+        (key, views[0], views[2]),
+        (value, views[1], views[3]),
+    ):
         data, scale = _quantize_int8_per_token_head(x)
-        raw[..., half * padded : half * padded + head_size] = data
-        words[..., (half * padded + head_size) // 4] = scale
+        data_view.copy_(data)
+        scale_view.copy_(scale)
         deq.append(data.float() * scale[..., None])
-    key_cache, value_cache = raw.split(padded, dim=-1)
-    k_scale = words[..., head_size // 4]
-    v_scale = words[..., (padded + head_size) // 4]
-    return key_cache, value_cache, k_scale, v_scale, deq[0], deq[1]
+    return (*views, deq[0], deq[1])
 
 
 # (block size, kv_lens, blocks) of a hybrid model's cache: Qwen3.5-27B's
@@ -89,7 +121,7 @@ HYBRID = (1600, [4000, 1700], 8) if FULL else (208, [450, 90], 6)
 
 
 def hybrid_page_bytes(block_size: int, num_kv_heads: int, head_size: int) -> int:
-    """A padded page: the block's rows plus 1,040 bytes."""
+    """A padded page: the block's bytes plus 1,040 bytes."""
     return block_size * num_kv_heads * 2 * (head_size + 4) + 4 * 260
 
 
@@ -152,6 +184,97 @@ def _make_inputs(
     return query, caches, cu_query_lens, block_tables
 
 
+def _byte_offsets(view: torch.Tensor) -> torch.Tensor:
+    """Storage byte offset of every element of a strided view."""
+    offsets = torch.zeros(view.shape, dtype=torch.int64)
+    for dim, (size, stride) in enumerate(zip(view.shape, view.stride())):
+        shape = [1] * view.dim()
+        shape[dim] = size
+        offsets += torch.arange(size).view(shape) * stride
+    offsets += view.storage_offset()
+    return offsets * view.element_size()
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("page_padding", [0, 1040])
+def test_planar_views_partition_each_block(layout, page_padding):
+    """K, V and the scales tile each (block, head) region exactly, in the
+    documented order: [K rows | V^T rows | K scales | V scales]."""
+    num_blocks, nkv, hs, bs = 3, 2, 64, 16
+    record = 2 * (hs + 4)
+    page = bs * nkv * record + page_padding
+    kv_cache = make_kv_cache_tensor(num_blocks, nkv, hs, bs, page, layout)
+    key, value, k_scale, v_scale = int8_per_token_head_planar_views(kv_cache, hs)
+    offsets = [_byte_offsets(v) for v in (key, value, k_scale, v_scale)]
+    every = torch.cat([o.flatten() for o in offsets[:2]])
+    for o in offsets[2:]:  # 4 bytes per scale
+        every = torch.cat([every, (o[..., None] + torch.arange(4)).flatten()])
+    # Every byte of every block's (slot, head) records, once, none outside.
+    expected = _byte_offsets(kv_cache).flatten()
+    assert torch.equal(every.sort().values, expected.sort().values)
+
+    chunk = bs * record
+    head_stride = kv_cache.stride(1) if layout == "HND" else chunk
+    for block, slot, head, dim in [(0, 0, 0, 0), (2, 15, 1, 63), (1, 7, 1, 9)]:
+        base = block * page + head * head_stride
+        assert offsets[0][block, slot, head, dim] == base + slot * hs + dim
+        assert offsets[1][block, slot, head, dim] == base + bs * hs + dim * bs + slot
+        assert offsets[2][block, slot, head] == base + 2 * bs * hs + 4 * slot
+        assert offsets[3][block, slot, head] == base + 2 * bs * hs + 4 * (bs + slot)
+
+
+def test_planar_views_reject_unsupported_caches():
+    kv_cache = make_kv_cache_tensor(2, 2, 64)
+    with pytest.raises(ValueError, match="bytes per"):
+        int8_per_token_head_planar_views(kv_cache, 128)
+    # Slots with gaps between them: a (block, head) region is not contiguous.
+    gapped = torch.as_strided(
+        torch.zeros(2 * 4 * 16 * 136 * 2, dtype=torch.int8),
+        kv_cache.shape,
+        (4 * 16 * 136 * 2, 136, 2 * 2 * 136, 1),
+    )
+    with pytest.raises(ValueError, match="contiguous"):
+        int8_per_token_head_planar_views(gapped, 64)
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@torch.inference_mode()
+def test_writer_fills_planar_views(layout):
+    """Upstream's per-token-head writer, given the planar views, stores what
+    a PyTorch quantizer computes, and touches no other block."""
+    torch.set_default_device(DEVICE_TYPE)
+    torch.manual_seed(3)
+    num_blocks, nkv, hs, bs = 6, 2, 128, 32
+    kv_cache = make_kv_cache_tensor(num_blocks, nkv, hs, bs, None, layout)
+    key_cache, value_cache, k_scale, v_scale = int8_per_token_head_planar_views(
+        kv_cache, hs
+    )
+    before = kv_cache.clone()
+    slots = torch.cat([2 * bs + torch.arange(bs), 4 * bs + torch.arange(5)])
+    key = torch.randn(slots.numel(), nkv, hs, dtype=DTYPE)
+    value = torch.randn_like(key)
+    triton_reshape_and_cache_flash_per_token_head_quant(
+        key,
+        value,
+        key_cache,
+        value_cache,
+        k_scale,
+        v_scale,
+        slots,
+        kv_quant_mode=KVQuantMode.INT8_PER_TOKEN_HEAD,
+    )
+    blocks, offs = slots // bs, slots % bs
+    for src, data, scale in ((key, key_cache, k_scale), (value, value_cache, v_scale)):
+        ref_scale = src.float().abs().amax(-1) / 127.0
+        torch.testing.assert_close(scale[blocks, offs], ref_scale, rtol=1e-6, atol=0)
+        scaled = src.float() / scale[blocks, offs][..., None]
+        # Rounded to the nearest integer (ties may go either way: the
+        # writer multiplies by a reciprocal).
+        assert ((data[blocks, offs].float() - scaled).abs() <= 0.5 + 1e-4).all()
+    untouched = [b for b in range(num_blocks) if b not in (2, 4)]
+    assert torch.equal(kv_cache[untouched], before[untouched])
+
+
 def _unified_int8(
     query,
     key_cache,
@@ -202,13 +325,10 @@ def _unified_int8(
 @pytest.mark.parametrize("num_heads", NUM_HEADS)
 @pytest.mark.parametrize("head_size", HEAD_SIZES)
 @pytest.mark.parametrize("seq_threshold_3D", [0, 8])
-@pytest.mark.parametrize("inline_scales", [True, False])
 @torch.inference_mode()
-def test_unified_attention_int8_per_token_head(
-    num_heads, head_size, seq_threshold_3D, inline_scales
-):
-    """Upstream's unified kernel on the INT8 cache: aligned row loads with
-    inline scales, and the byte path when scales live elsewhere."""
+def test_unified_attention_int8_planar(num_heads, head_size, seq_threshold_3D):
+    """Upstream's unified kernel (sliding-window and other layers the
+    split-KV kernel does not take) reads the planar views."""
     torch.set_default_device(DEVICE_TYPE)
     torch.manual_seed(4)
     query_lens, kv_lens = [1, 6, 1], [130, 53, 301]
@@ -216,15 +336,6 @@ def test_unified_attention_int8_per_token_head(
         num_heads, head_size, query_lens, kv_lens, 2048 if FULL else 256, DTYPE
     )
     key_cache, value_cache, k_scale, v_scale, k_deq, v_deq = caches
-    if not inline_scales:
-        key_cache = key_cache[..., :head_size].contiguous()
-        value_cache = value_cache[..., :head_size].contiguous()
-        k_scale, v_scale = k_scale.contiguous(), v_scale.contiguous()
-    # The launcher takes the aligned path exactly for the backend's layout.
-    v_offset = _int8_kv_inline_v_offset(
-        key_cache, value_cache, k_scale, v_scale, head_size
-    )
-    assert (v_offset == head_size + 4) if inline_scales else (v_offset == -1)
     output = _unified_int8(
         query,
         key_cache,
@@ -246,7 +357,8 @@ def test_unified_attention_int8_per_token_head(
 
 @torch.inference_mode()
 def test_unified_attention_int8_hybrid_padded_pages():
-    """Upstream's kernel (aligned path) on a hybrid model's cache layout."""
+    """Upstream's kernel on a hybrid model's cache layout: large blocks that
+    are not a power of two, at a padded page stride."""
     torch.set_default_device(DEVICE_TYPE)
     torch.manual_seed(6)
     block_size, kv_lens, num_blocks = HYBRID
@@ -264,10 +376,6 @@ def test_unified_attention_int8_hybrid_padded_pages():
     )
     key_cache, value_cache, k_scale, v_scale, k_deq, v_deq = caches
     assert key_cache.stride(0) == page_bytes
-    assert (
-        _int8_kv_inline_v_offset(key_cache, value_cache, k_scale, v_scale, head_size)
-        == head_size + 4
-    )
     output = _unified_int8(
         query,
         key_cache,

@@ -235,48 +235,33 @@ def sectioned_prefill_workspace_shapes(
 
 
 @triton.jit
-def _dequant_int8_pth_half(
-    row_ptr,  # [BLOCK_T] pointers to the first int32 word of a K or V half
-    out_ptr,  # [BLOCK_T, 4 * PADDED_WORDS] output pointers
-    tok_mask,
-    out_mask,
-    WORDS: tl.constexpr,
-    PADDED_WORDS: tl.constexpr,
-    BLOCK_T: tl.constexpr,
-):
-    word = tl.arange(0, PADDED_WORDS)
-    word_mask = tok_mask[:, None] & (word < WORDS)[None, :]
-    words = tl.load(row_ptr[:, None] + word[None, :], mask=word_mask, other=0)
-    scale = tl.load(row_ptr + WORDS, mask=tok_mask, other=0)
-    scale = scale.to(tl.float32, bitcast=True)
-    # Little-endian: byte i of word w is value 4 * w + i.  Shifting the byte
-    # to the top and arithmetic-shifting it back sign-extends it.
-    shifts = 24 - 8 * tl.arange(0, 4)
-    vals = (words[:, :, None] << shifts[None, None, :]) >> 24
-    vals = tl.reshape(vals, (BLOCK_T, 4 * PADDED_WORDS))
-    vals = vals.to(tl.float32) * scale[:, None]
-    tl.store(out_ptr, vals.to(out_ptr.dtype.element_ty), mask=out_mask)
-
-
-@triton.jit
 def _dequant_int8_pth_section_kernel(
-    kv_cache_ptr,  # int32 words: [num_blocks, num_kv_heads, block_size, 2 * ROW]
+    key_cache_ptr,  # int8 [num_blocks, block_size, num_kv_heads, HEAD_SIZE]
+    value_cache_ptr,  # int8, same logical shape (any strides)
+    k_scale_ptr,  # fp32 [num_blocks, block_size, num_kv_heads]
+    v_scale_ptr,  # fp32, same logical shape
     block_table_ptr,  # [num_reqs, max_num_blocks]
     key_out_ptr,  # [section_tokens, num_kv_heads, HEAD_SIZE]
     value_out_ptr,  # [section_tokens, num_kv_heads, HEAD_SIZE]
     block_table_row,
     section_start,
     section_len,
-    stride_cache_block,
-    stride_cache_head,
-    stride_cache_slot,
+    stride_k_block,
+    stride_k_slot,
+    stride_k_head,
+    stride_k_dim: tl.constexpr,
+    stride_v_block,
+    stride_v_slot: tl.constexpr,
+    stride_v_head,
+    stride_v_dim: tl.constexpr,
+    stride_s_block,
+    stride_s_slot: tl.constexpr,
+    stride_s_head,
     stride_bt_row,
     stride_out_tok,
     stride_out_head,
     BLOCK_SIZE: tl.constexpr,
     HEAD_SIZE: tl.constexpr,
-    WORDS: tl.constexpr,  # HEAD_SIZE // 4
-    PADDED_WORDS: tl.constexpr,
     BLOCK_T: tl.constexpr,
 ):
     tile = tl.program_id(0)
@@ -289,40 +274,53 @@ def _dequant_int8_pth_section_kernel(
         block_table_ptr + block_table_row * stride_bt_row + pos // BLOCK_SIZE,
         mask=tok_mask,
         other=0,
+    ).to(tl.int64)
+    slot = pos % BLOCK_SIZE
+    dims = tl.arange(0, HEAD_SIZE)
+    mask = tok_mask[:, None]
+    # The backend's planar views: K rows of HEAD_SIZE bytes, V stored
+    # transposed (runs of tokens per channel); the strides say which.
+    k = tl.load(
+        key_cache_ptr
+        + (block_idx * stride_k_block + slot * stride_k_slot + head * stride_k_head)[
+            :, None
+        ]
+        + dims[None, :] * stride_k_dim,
+        mask=mask,
+        other=0,
     )
-    # A (slot, head) row is [K: WORDS int32 | K scale: f32 | V: WORDS | V scale]
-    # (2 x 260 bytes for head size 256).  Reading it as 32-bit words moves 4
-    # values per load; rows are only 4-byte aligned, so this is the widest
-    # access that is always legal.
-    row_ptr = (
-        kv_cache_ptr
-        + block_idx.to(tl.int64) * stride_cache_block
-        + head * stride_cache_head
-        + (pos % BLOCK_SIZE) * stride_cache_slot
+    v = tl.load(
+        value_cache_ptr
+        + (block_idx * stride_v_block + slot * stride_v_slot + head * stride_v_head)[
+            :, None
+        ]
+        + dims[None, :] * stride_v_dim,
+        mask=mask,
+        other=0,
     )
-    out_cols = tl.arange(0, 4 * PADDED_WORDS)
+    scale_off = block_idx * stride_s_block + slot * stride_s_slot + head * stride_s_head
+    k_scale = tl.load(k_scale_ptr + scale_off, mask=tok_mask, other=0.0)
+    v_scale = tl.load(v_scale_ptr + scale_off, mask=tok_mask, other=0.0)
     out_off = (
         tok.to(tl.int64)[:, None] * stride_out_tok
         + head * stride_out_head
-        + out_cols[None, :]
+        + dims[None, :]
     )
-    out_mask = tok_mask[:, None] & (out_cols < HEAD_SIZE)[None, :]
-    _dequant_int8_pth_half(
-        row_ptr, key_out_ptr + out_off, tok_mask, out_mask, WORDS, PADDED_WORDS, BLOCK_T
+    dtype = key_out_ptr.dtype.element_ty
+    tl.store(
+        key_out_ptr + out_off,
+        (k.to(tl.float32) * k_scale[:, None]).to(dtype),
+        mask=mask,
     )
-    _dequant_int8_pth_half(
-        row_ptr + WORDS + 1,
+    tl.store(
         value_out_ptr + out_off,
-        tok_mask,
-        out_mask,
-        WORDS,
-        PADDED_WORDS,
-        BLOCK_T,
+        (v.to(tl.float32) * v_scale[:, None]).to(dtype),
+        mask=mask,
     )
 
 
 def dequant_int8_pth_section(
-    kv_cache: torch.Tensor,
+    kv_views: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
     block_table: torch.Tensor,
     block_table_row: int,
     section_start: int,
@@ -333,9 +331,11 @@ def dequant_int8_pth_section(
     """Dequantise cached tokens of one request into contiguous K/V buffers.
 
     Args:
-        kv_cache: [num_blocks, num_kv_heads, block_size, 2 * (head_size + 4)]
-            int8, the packed per-token-head cache (any physical stride order
-            with a contiguous last dimension).
+        kv_views: ``(key_cache, value_cache, k_scale_cache, v_scale_cache)``
+            of the INT8 per-token-head cache as the Triton backend builds
+            them (``int8_per_token_head_planar_views``): int8
+            ``[num_blocks, block_size, num_kv_heads, head_size]`` and fp32
+            ``[num_blocks, block_size, num_kv_heads]``, any strides.
         block_table: [num_reqs, max_num_blocks_per_req] int32.
         block_table_row: row of the request in ``block_table``.
         section_start: first request-local position to convert.
@@ -343,38 +343,39 @@ def dequant_int8_pth_section(
         key_out: [>= section_len, num_kv_heads, head_size] bf16/fp16.
         value_out: same shape and dtype as ``key_out``.
     """
-    num_blocks, num_kv_heads, block_size, content = kv_cache.shape
-    head_size = key_out.shape[-1]
-    assert kv_cache.dtype == torch.int8 and content == 2 * (head_size + 4)
-    assert head_size % 4 == 0 and kv_cache.stride(-1) == 1
+    key_cache, value_cache, k_scale, v_scale = kv_views
+    _, block_size, num_kv_heads, head_size = key_cache.shape
+    assert key_cache.dtype == value_cache.dtype == torch.int8
+    assert value_cache.shape == key_cache.shape
+    assert k_scale.stride() == v_scale.stride()
+    assert key_out.shape[-1] == head_size and head_size == triton.next_power_of_2(
+        head_size
+    )
     assert key_out.stride() == value_out.stride() and key_out.stride(-1) == 1
     assert key_out.shape[0] >= section_len
     if section_len == 0:
         return
-    # Address the cache in 32-bit words; every stride and the scale offset
-    # are multiples of 4 bytes (rows are 2 * 260 bytes for head size 256).
-    cache_words = kv_cache.view(torch.int32)
-    words = head_size // 4
     block_t = 16
     grid = (triton.cdiv(section_len, block_t), num_kv_heads)
     _dequant_int8_pth_section_kernel[grid](
-        cache_words,
+        key_cache,
+        value_cache,
+        k_scale,
+        v_scale,
         block_table,
         key_out,
         value_out,
         block_table_row,
         section_start,
         section_len,
-        cache_words.stride(0),
-        cache_words.stride(1),
-        cache_words.stride(2),
+        *key_cache.stride(),
+        *value_cache.stride(),
+        *k_scale.stride(),
         block_table.stride(0),
         key_out.stride(0),
         key_out.stride(1),
         BLOCK_SIZE=block_size,
         HEAD_SIZE=head_size,
-        WORDS=words,
-        PADDED_WORDS=triton.next_power_of_2(words),
         BLOCK_T=block_t,
         num_warps=4,
     )
@@ -384,7 +385,7 @@ def sectioned_prefill_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    kv_cache: torch.Tensor,
+    kv_views: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
     block_table: torch.Tensor,
     output: torch.Tensor,
     metadata: SectionedPrefillMetadata,
@@ -403,8 +404,9 @@ def sectioned_prefill_attention(
         query: [num_tokens, num_heads, head_size]
         key: [num_tokens, num_kv_heads, head_size], the step's new keys.
         value: [num_tokens, num_kv_heads, head_size], the step's new values.
-        kv_cache: [num_blocks, num_kv_heads, block_size, 2 * (head_size + 4)]
-            int8 per-token-head cache holding each request's context.
+        kv_views: the INT8 per-token-head cache holding each request's
+            context, as the backend's ``(key_cache, value_cache,
+            k_scale_cache, v_scale_cache)`` views.
         block_table: [num_reqs, max_num_blocks_per_req]
         output: [num_tokens, num_heads, head_size]; rows of the planned
             requests are written.
@@ -442,7 +444,7 @@ def sectioned_prefill_attention(
         for (sec_start, sec_end), cu_rows in zip(req.sections, req.context_cu_rows):
             sec_len = sec_end - sec_start
             dequant_int8_pth_section(
-                kv_cache,
+                kv_views,
                 block_table,
                 req.block_table_row,
                 sec_start,

@@ -5,33 +5,50 @@
 Decode and speculative verify (1..16 query tokens per request) are
 memory-bound: each step streams the whole context once.  The kernel here
 
-* reads the cache in place (a row is ``head_size`` int8 values followed by
-  their fp32 scale), a KV tile at a time from one base address, so every
-  offset inside a tile is a compile-time constant and the loads are as wide
-  as the rows' alignment allows; takes each row's scale from the row itself
-  and dequantises V in registers; no converted copy of the cache is ever
-  written,
-* packs all query heads that share a KV head and all query tokens of a
-  request into the rows of one tile, so K/V are read once per KV head,
+* reads the planar page layout of the Triton backend (see
+  ``int8_per_token_head_planar_views`` in
+  ``vllm/v1/attention/backends/triton_attn.py``): inside a page, each KV
+  head's K rows, then its V values stored transposed (one row of
+  ``block_size`` bytes per channel), then the fp32 K and V scales.  A KV
+  tile of one head is a few contiguous runs of bytes, read with 16-byte
+  vector loads straight into shared memory, and both dots take their int8
+  operand from there the way they take fp16 (K with the head dimension
+  contiguous, V with the token dimension contiguous);
+* computes Q.K with int8 tensor-core dots and never widens K: each query
+  row is split into two int8 parts, ``Q / s = q_hi + q_lo / 254`` with
+  ``s = max|Q| / 127``, so ``254 * (q_hi . K) + q_lo . K`` (an exact int32)
+  is Q.K to within 1.6e-5 of ``s * 127 * max|K|``;
+* widens V to fp16 with a bit trick (``0x6400 | (v ^ 0x80)`` is the fp16
+  value ``1152 + v``) instead of int -> float conversions, which issue at a
+  quarter of the ALU rate; P.V runs as an fp16 dot with the V scales folded
+  into P relative to a running V-scale reference, so fp16's range never
+  limits bf16 models;
+* packs the query heads that share a KV head and the query tokens of a
+  request into the rows of a tile (``BLOCK_M`` rows per program; larger
+  verify steps spread their rows over programs that read the same K/V
+  tiles through L2);
+* rescales the output accumulator only when a row's running maximum grows
+  by more than ``RESCALE_THRESHOLD`` (log2 units);
 * splits the context into segments processed by separate programs and
   merges them with a log-sum-exp reduction.
 
-The launch geometry (KV tile, number of segments, warps) is chosen in one
-place, :func:`select_int8_split_kv_geometry`.
+The launch geometry is chosen in one place,
+:func:`select_int8_split_kv_geometry`, from ``GEOMETRY_TABLE``.
 """
 
+import os
 from dataclasses import dataclass
 
 import torch
 
-import vllm.envs as envs
 from vllm.logger import init_logger
+from vllm.platforms import current_platform
 from vllm.triton_utils import tl, triton
 
 logger = init_logger(__name__)
 
 # Largest number of query tokens per request the kernel handles; longer
-# queries (prefill) stay on the unified attention kernel.
+# queries (prefill) go elsewhere.
 MAX_QUERY_LEN = 16
 SUPPORTED_HEAD_SIZES = (64, 128, 256)
 SUPPORTED_QUERY_DTYPES = (torch.float16, torch.bfloat16)
@@ -40,30 +57,52 @@ SUPPORTED_QUERY_DTYPES = (torch.float16, torch.bfloat16)
 # fewer segments (they fill the GPU with requests instead).
 MAX_PARTIALS = 1024
 
-# P is scaled by 2**P_LOG2_SCALE before P * v_scale is rounded to the fp16
-# (or bf16) dot operand; L carries the same factor, so it cancels.  fp16
-# keeps full precision only down to 6.1e-5: without the factor, V rows with
-# max |v| below ~0.01 (v_scale < 8e-5) lose precision (3.7% output error at
-# max |v| ~ 4e-4 in the tests).  With it, any fp16 V (|v| <= 65504, so
-# v_scale <= 516) still gives P * v_scale <= 64 * 516 < 65504; bf16 has
-# fp32's range.
+# P is scaled by 2**P_LOG2_SCALE before it is rounded to the fp16 dot
+# operand, so the small probabilities of long contexts stay normal fp16
+# numbers; L carries the same factor, so it cancels.
 P_LOG2_SCALE = 6.0
+# The running maximum used as the softmax reference is only raised when a
+# row's maximum exceeds it by more than this (log2 units), so the output
+# accumulator is rescaled a few times per segment instead of every tile.
+# P then stays below 2**(P_LOG2_SCALE + RESCALE_THRESHOLD) = 2**14, well
+# inside fp16's range.
+RESCALE_THRESHOLD = 8.0
+# Widen V with PTX on CUDA; with Triton ops under the interpreter and on
+# other platforms.
+_PTX_WIDEN = current_platform.is_cuda() and os.environ.get("TRITON_INTERPRET") != "1"
 
 
 @dataclass(frozen=True)
 class Int8SplitKVGeometry:
+    """Launch geometry of the split-KV kernel.
+
+    Attributes:
+        tile_size: KV tokens per loop iteration.
+        num_segments: Context segments per (request, KV head); a power of 2.
+        num_warps: Warps per program.
+        num_stages: Software-pipelining depth of the KV loads.
+        block_m: Query rows (query heads x query tokens) per program; a
+            request's rows are spread over ``cdiv(rows, block_m)`` programs.
+    """
+
     tile_size: int
     num_segments: int
     num_warps: int
     num_stages: int
+    block_m: int = 16
 
 
-# (largest query length, geometry) rows, checked in order; measured at 128K
-# context, batch 1, with benchmarks/kernels/benchmark_int8_kv_attention.py.
+# (largest number of query rows, geometry): the first entry whose row count
+# covers the step's ``num_queries_per_kv * max_query_len`` rows applies.
+# Chosen on an H200 (benchmarks/kernels/benchmark_int8_kv_attention.py
+# --select) among geometries that compile without register spills for sm_86
+# and sm_90 (test_geometry_table_does_not_spill; the decode entry spills 8
+# bytes per thread on sm_80).  Two-warp programs with 32-row verify tiles
+# were up to 30% faster on the H200 but spill on all three.
 GEOMETRY_TABLE: tuple[tuple[int, Int8SplitKVGeometry], ...] = (
-    (1, Int8SplitKVGeometry(32, 64, 4, 3)),
-    (8, Int8SplitKVGeometry(32, 64, 4, 2)),
-    (MAX_QUERY_LEN, Int8SplitKVGeometry(32, 32, 8, 2)),
+    (16, Int8SplitKVGeometry(32, 128, 2, 2, 16)),
+    (64, Int8SplitKVGeometry(32, 64, 4, 2, 32)),
+    (16 * MAX_QUERY_LEN, Int8SplitKVGeometry(32, 32, 4, 2, 32)),
 )
 
 
@@ -73,13 +112,15 @@ def select_int8_split_kv_geometry(
     num_seqs: int,
     num_tokens: int,
     max_partials: int,
+    num_queries_per_kv: int = 6,
+    block_size: int = 16,
 ) -> Int8SplitKVGeometry:
     """Choose the launch geometry for one split-KV launch.
 
-    Decode wants many segments (the grid must fill the GPU with only
-    ``num_seqs * num_kv_heads`` (request, KV head) pairs); verify packs up to
-    16x more query rows per tile, so it amortises each K/V load over more
-    rows.  The base geometry comes from ``GEOMETRY_TABLE`` by query length;
+    Decode wants many segments: the grid must fill the GPU with only
+    ``num_seqs * num_kv_heads`` (request, KV head) pairs.  Verify packs more
+    query rows per KV head and spreads them over programs of ``block_m``
+    rows.  The base geometry comes from ``GEOMETRY_TABLE`` by query rows;
     short contexts, large batches and the scratch size then cut the number
     of segments.
 
@@ -92,9 +133,18 @@ def select_int8_split_kv_geometry(
         num_seqs: Number of requests.
         num_tokens: Number of query tokens (rows of ``q``).
         max_partials: (token, segment) slots in the scratch buffers.
+        num_queries_per_kv: Query heads per KV head.
+        block_size: Tokens per cache block.
     """
-    base = next(g for q, g in GEOMETRY_TABLE if max_query_len <= q)
+    rows = num_queries_per_kv * max_query_len
+    base = next((g for r, g in GEOMETRY_TABLE if rows <= r), GEOMETRY_TABLE[-1][1])
     tile_size, num_segments = base.tile_size, base.num_segments
+    # Tiles that straddle cache blocks are read in runs of the largest power
+    # of two dividing the block size; keep runs of at least 16 tokens.
+    while tile_size > 16 and block_size % tile_size and block_size % 16 == 0:
+        if _run_tokens(block_size, tile_size) >= 16:
+            break
+        tile_size //= 2
     # Short contexts: keep at least a few tiles per segment.
     while num_segments > 1 and num_segments * tile_size * 4 > max_seq_len:
         num_segments //= 2
@@ -104,7 +154,21 @@ def select_int8_split_kv_geometry(
     # Stay within the scratch buffers (num_segments is a power of two).
     while num_segments > 1 and num_tokens * num_segments > max_partials:
         num_segments //= 2
-    return Int8SplitKVGeometry(tile_size, num_segments, base.num_warps, base.num_stages)
+    return Int8SplitKVGeometry(
+        tile_size,
+        num_segments,
+        base.num_warps,
+        base.num_stages,
+        base.block_m,
+    )
+
+
+def _run_tokens(block_size: int, tile_size: int) -> int:
+    """Tokens per contiguous run of a tile: the tile itself when it divides
+    the block, else the largest power of two dividing both."""
+    if block_size % tile_size == 0:
+        return tile_size
+    return min(tile_size, block_size & -block_size)
 
 
 def int8_split_kv_layer_supported(
@@ -159,98 +223,78 @@ def int8_split_kv_step_supported(
 
 
 @triton.jit
-def _attend_tile(
-    M,
-    L,
-    acc,
-    Q,
-    row_qk_scale,
-    kv_limit,
-    K,  # (HEAD_SIZE, TILE_SIZE) int8
-    V,  # (TILE_SIZE, HEAD_SIZE) int8
-    k_scale,  # (TILE_SIZE,) fp32 bits as int32
-    v_scale,  # (TILE_SIZE,) fp32 bits as int32
-    kv_pos,
-    dot_dtype: tl.constexpr,
-    MASKED: tl.constexpr,
-    INTEGER_QK: tl.constexpr,
-    P_LOG2_SCALE: tl.constexpr,
-):
-    """One online-softmax step over a KV tile."""
-    k_scale = k_scale.to(tl.float32, bitcast=True)
-    v_scale = v_scale.to(tl.float32, bitcast=True)
-    if INTEGER_QK:
-        S = tl.dot(Q, K, out_dtype=tl.int32).to(tl.float32)
-    else:
-        S = tl.dot(Q, K.to(tl.float32).to(dot_dtype))
-    S = S * row_qk_scale[:, None] * k_scale[None, :]
-    if MASKED:
-        S = tl.where(kv_pos[None, :] < kv_limit[:, None], S, float("-inf"))
+def _int8_to_dot_operand(x, WIDEN: tl.constexpr):
+    """int8 -> fp16, exact.
 
-    # Online softmax in base 2.  A row that has seen no valid key yet keeps
-    # M == -inf; use 0 as its reference so exp2(-inf - -inf) never produces
-    # NaN and it contributes nothing.
-    m_new = tl.maximum(M, tl.max(S, axis=1))
-    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.exp2(M - m_ref)
-    # P <= 2**P_LOG2_SCALE; the shift is per row, not per element.
-    P = tl.exp2(S - (m_ref - P_LOG2_SCALE)[:, None])
-    L = L * alpha + tl.sum(P, axis=1)
-    # V's per-token scale is folded into P (see P_LOG2_SCALE for the fp16
-    # range).
-    P_v = (P * v_scale[None, :]).to(dot_dtype)
-    acc = tl.dot(P_v, V.to(tl.float32).to(dot_dtype), acc * alpha[:, None])
-    return m_new, L, acc
+    ``x ^ 0x80`` is ``x + 128`` as an unsigned byte, and the fp16 with bit
+    pattern ``0x6400 | byte`` is ``1024 + byte``, so subtracting 1152 gives
+    ``x``: integer and fp16x2 work instead of a quarter-rate int -> float
+    conversion per value.  ``WIDEN == 2`` does it in PTX on packed bytes
+    (one xor, two byte permutes and two fp16x2 subtractions per 4 values),
+    ``WIDEN == 1`` in Triton ops (the interpreter and non-CUDA targets).
+    """
+    if WIDEN == 2:
+        return tl.inline_asm_elementwise(
+            asm="""{
+            .reg .b32 t, m;
+            xor.b32 t, $2, 0x80808080;
+            mov.b32 m, 0x64806480;
+            prmt.b32 $0, t, 0x64646464, 0x5150;
+            prmt.b32 $1, t, 0x64646464, 0x5352;
+            sub.f16x2 $0, $0, m;
+            sub.f16x2 $1, $1, m;
+            }""",
+            constraints="=r,=r,r",
+            args=[x],
+            dtype=tl.float16,
+            is_pure=True,
+            pack=4,
+        )
+    else:
+        flipped = (x ^ tl.full([], -128, tl.int8)).to(tl.uint8, bitcast=True)
+        bits = flipped.to(tl.uint16) | tl.full([], 0x6400, tl.uint16)
+        return bits.to(tl.float16, bitcast=True) - tl.full([], 1152.0, tl.float16)
 
 
 @triton.jit
 def _load_tile(
-    head_ptr,
-    head_words_ptr,
+    k_head_ptr,
+    v_head_ptr,
+    ks_head_ptr,
+    vs_head_ptr,
     block_table_row,
-    stride_kv_0,
+    stride_page,
+    stride_scale_page,
     tile_idx,
     seq_len,
-    STRIDE_SLOT: tl.constexpr,
-    V_OFFSET: tl.constexpr,
     HEAD_SIZE: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     TILE_SIZE: tl.constexpr,
-    ROW_ALIGN: tl.constexpr,
+    RUN: tl.constexpr,
     MASKED: tl.constexpr,
 ):
-    """K, V and their scales for the tokens of one KV tile.
+    """K (``[HEAD_SIZE, TILE_SIZE]``), V (``[TILE_SIZE, HEAD_SIZE]``) and
+    their scales for the tokens of one KV tile.
 
-    Every offset inside a tile is a compile-time constant from one base
-    address: with ``TILE_SIZE`` dividing ``BLOCK_SIZE`` a tile lies in one
-    cache block (one block-table load); otherwise it is read as runs of 16
-    tokens (``BLOCK_SIZE`` is a multiple of 16), one base per run.
+    A tile is read in runs of ``RUN`` tokens that lie inside one cache block
+    (``RUN == TILE_SIZE`` when the tile divides the block): one block-table
+    entry per run.  Inside a run, K is ``RUN`` contiguous rows of
+    ``HEAD_SIZE`` bytes and V (stored transposed) is ``HEAD_SIZE`` rows of
+    ``RUN`` contiguous bytes; the hints below let the compiler emit 16-byte
+    loads for both.
     """
     tile_start = tile_idx * TILE_SIZE
     offs_d = tl.arange(0, HEAD_SIZE)
-    if BLOCK_SIZE % TILE_SIZE == 0:
-        offs_t = tl.arange(0, TILE_SIZE)
+    offs_t = tl.arange(0, TILE_SIZE)
+    if RUN == TILE_SIZE:
         block = tl.load(block_table_row + tile_start // BLOCK_SIZE).to(tl.int64)
-        base = block * stride_kv_0 + (tile_start % BLOCK_SIZE) * STRIDE_SLOT
-        base = tl.multiple_of(base, ROW_ALIGN)
-        tile_ptr = head_ptr + base
-        words_ptr = head_words_ptr + base // 4
-        k_offs = offs_t[None, :] * STRIDE_SLOT + offs_d[:, None]
-        v_offs = V_OFFSET + offs_t[:, None] * STRIDE_SLOT + offs_d[None, :]
-        s_offs = offs_t * (STRIDE_SLOT // 4)
-        if MASKED:
-            valid = tile_start + offs_t < seq_len
-            K = tl.load(tile_ptr + k_offs, mask=valid[None, :], other=0)
-            V = tl.load(tile_ptr + v_offs, mask=valid[:, None], other=0)
-        else:
-            K = tl.load(tile_ptr + k_offs)
-            V = tl.load(tile_ptr + v_offs)
+        slot0 = tile_start % BLOCK_SIZE
+        k_base = tl.multiple_of(block * stride_page + slot0 * HEAD_SIZE, 16)
+        k_rows = k_base + offs_t * HEAD_SIZE
+        v_cols = tl.multiple_of(block * stride_page + slot0, 16) + offs_t
+        scale_offs = block * stride_scale_page + slot0 + offs_t
     else:
-        RUN: tl.constexpr = 16
-        NUM_RUNS: tl.constexpr = TILE_SIZE // RUN
-        offs_r = tl.arange(0, NUM_RUNS)
-        offs_u = tl.arange(0, RUN)
-        run_start = tile_start + offs_r * RUN
+        run_start = tile_start + (offs_t // RUN) * RUN
         if MASKED:
             block = tl.load(
                 block_table_row + run_start // BLOCK_SIZE,
@@ -259,41 +303,28 @@ def _load_tile(
             )
         else:
             block = tl.load(block_table_row + run_start // BLOCK_SIZE)
-        base = block.to(tl.int64) * stride_kv_0 + (run_start % BLOCK_SIZE) * STRIDE_SLOT
-        base = tl.multiple_of(base, ROW_ALIGN)
-        words_ptr = head_words_ptr + base[:, None] // 4
-        k_offs = offs_u[None, None, :] * STRIDE_SLOT + offs_d[:, None, None]
-        v_offs = V_OFFSET + offs_u[None, :, None] * STRIDE_SLOT + offs_d[None, None, :]
-        s_offs = offs_u[None, :] * (STRIDE_SLOT // 4)
-        if MASKED:
-            valid = run_start[:, None] + offs_u[None, :] < seq_len
-            K = tl.load(
-                head_ptr + base[None, :, None] + k_offs,
-                mask=valid[None, :, :],
-                other=0,
-            )
-            V = tl.load(
-                head_ptr + base[:, None, None] + v_offs,
-                mask=valid[:, :, None],
-                other=0,
-            )
-        else:
-            K = tl.load(head_ptr + base[None, :, None] + k_offs)
-            V = tl.load(head_ptr + base[:, None, None] + v_offs)
-        K = tl.reshape(K, [HEAD_SIZE, TILE_SIZE])
-        V = tl.reshape(V, [TILE_SIZE, HEAD_SIZE])
-    # Each row's fp32 scale is the word right after its values.
-    k_scale_offs = s_offs + HEAD_SIZE // 4
-    v_scale_offs = s_offs + (V_OFFSET + HEAD_SIZE) // 4
+        block = block.to(tl.int64)
+        # Constant over each run of RUN tokens, and 16-byte aligned.
+        base = tl.max_constancy(
+            tl.multiple_of(block * stride_page + run_start % BLOCK_SIZE, 16), RUN
+        )
+        slot = run_start % BLOCK_SIZE + offs_t % RUN
+        k_rows = tl.multiple_of(block * stride_page + slot * HEAD_SIZE, 16)
+        v_cols = base + offs_t % RUN
+        scale_offs = block * stride_scale_page + slot
+    k_ptrs = k_head_ptr + k_rows[None, :] + offs_d[:, None]
+    v_ptrs = v_head_ptr + v_cols[:, None] + offs_d[None, :] * BLOCK_SIZE
     if MASKED:
-        k_scale = tl.load(words_ptr + k_scale_offs, mask=valid, other=0)
-        v_scale = tl.load(words_ptr + v_scale_offs, mask=valid, other=0)
+        valid = tile_start + offs_t < seq_len
+        K = tl.load(k_ptrs, mask=valid[None, :], other=0)
+        V = tl.load(v_ptrs, mask=valid[:, None], other=0)
+        k_scale = tl.load(ks_head_ptr + scale_offs, mask=valid, other=0.0)
+        v_scale = tl.load(vs_head_ptr + scale_offs, mask=valid, other=0.0)
     else:
-        k_scale = tl.load(words_ptr + k_scale_offs)
-        v_scale = tl.load(words_ptr + v_scale_offs)
-    if BLOCK_SIZE % TILE_SIZE != 0:
-        k_scale = tl.reshape(k_scale, [TILE_SIZE])
-        v_scale = tl.reshape(v_scale, [TILE_SIZE])
+        K = tl.load(k_ptrs)
+        V = tl.load(v_ptrs)
+        k_scale = tl.load(ks_head_ptr + scale_offs)
+        v_scale = tl.load(vs_head_ptr + scale_offs)
     return K, V, k_scale, v_scale
 
 
@@ -304,8 +335,10 @@ def kernel_int8_split_kv_attention(
     segm_max_ptr,  # [max_partials, num_query_heads] float32
     segm_expsum_ptr,  # [max_partials, num_query_heads] float32
     q_ptr,  # [num_tokens, num_query_heads, HEAD_SIZE]
-    kv_cache_ptr,  # int8, start of the K rows (V rows follow at V_OFFSET)
-    kv_words_ptr,  # the same memory as int32 words, for the scales
+    k_cache_ptr,  # int8 K rows (planar layout)
+    v_cache_ptr,  # int8 V, transposed per block (planar layout)
+    k_scale_ptr,  # fp32 K scales
+    v_scale_ptr,  # fp32 V scales
     block_table_ptr,  # [num_seqs, max_num_blocks_per_seq] int32
     seq_lens_ptr,  # [num_seqs] int32
     query_start_loc_ptr,  # [num_seqs + 1] int32
@@ -316,31 +349,38 @@ def kernel_int8_split_kv_attention(
     out_stride_0: tl.int64,
     out_stride_1: tl.int64,
     block_table_stride: tl.int64,
-    stride_kv_0: tl.int64,  # bytes, multiple of ROW_ALIGN
-    STRIDE_SLOT: tl.constexpr,  # bytes, multiple of ROW_ALIGN
-    STRIDE_HEAD: tl.constexpr,  # bytes, multiple of ROW_ALIGN
-    V_OFFSET: tl.constexpr,  # bytes from a K row to its V row, multiple of 4
-    ROW_ALIGN: tl.constexpr,  # 8 or 4: alignment of every K row, in bytes
+    stride_page: tl.int64,  # bytes between cache blocks (K and V views)
+    stride_head: tl.int64,  # bytes between KV heads
+    stride_scale_page: tl.int64,  # fp32 words between cache blocks
+    stride_scale_head: tl.int64,  # fp32 words between KV heads
     NUM_QUERIES_PER_KV: tl.constexpr,
+    ROW_SPLITS: tl.constexpr,  # programs that share one (request, KV head)
     BLOCK_M: tl.constexpr,
     HEAD_SIZE: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     TILE_SIZE: tl.constexpr,
+    RUN: tl.constexpr,
     NUM_SEGMENTS: tl.constexpr,
-    INTEGER_QK: tl.constexpr,
-    P_LOG2_SCALE: tl.constexpr,  # P and L carry a factor 2**P_LOG2_SCALE
+    WIDEN: tl.constexpr,
+    P_LOG2_SCALE: tl.constexpr,  # P and l_i carry a factor 2**P_LOG2_SCALE
+    RESCALE_THRESHOLD: tl.constexpr,
 ):
-    seq_idx = tl.program_id(0)
-    kv_head_idx = tl.program_id(1)
+    # The row splits of one (request, KV head) are adjacent program ids, so
+    # they run together and share each K/V tile through L2.
+    kv_head_idx = tl.program_id(0) // ROW_SPLITS
+    row0 = tl.program_id(0) % ROW_SPLITS * BLOCK_M
+    seq_idx = tl.program_id(1)
     segm_idx = tl.program_id(2)
 
     q_start = tl.load(query_start_loc_ptr + seq_idx)
     q_len = tl.load(query_start_loc_ptr + seq_idx + 1) - q_start
     seq_len = tl.load(seq_lens_ptr + seq_idx)
+    if row0 >= q_len * NUM_QUERIES_PER_KV:
+        return
 
-    # Row r of the tile is query token r // G of the request, query head
+    # Row r of the request is query token r // G, query head
     # kv_head_idx * G + r % G (G = NUM_QUERIES_PER_KV).
-    offs_m = tl.arange(0, BLOCK_M)
+    offs_m = row0 + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_SIZE)
     q_tok = offs_m // NUM_QUERIES_PER_KV
     q_head = kv_head_idx * NUM_QUERIES_PER_KV + offs_m % NUM_QUERIES_PER_KV
@@ -349,7 +389,7 @@ def kernel_int8_split_kv_attention(
     # Causal within the query block: token i sees keys < seq_len - q_len + 1 + i.
     kv_limit = seq_len - q_len + 1 + q_tok
 
-    # Q : (BLOCK_M, HEAD_SIZE)
+    # Q : (BLOCK_M, HEAD_SIZE) as two int8 parts, Q / s = q_hi + q_lo / 254.
     Q = tl.load(
         q_ptr
         + token_idx[:, None] * q_stride_0
@@ -357,17 +397,14 @@ def kernel_int8_split_kv_attention(
         + offs_d[None, :],
         mask=row_mask[:, None],
         other=0.0,
-    )
-    if INTEGER_QK:
-        # One int8 scale per query row, as llama.cpp's vector kernel does.
-        q_amax = tl.max(tl.abs(Q.to(tl.float32)), axis=1)
-        q_scale = tl.where(q_amax > 0.0, q_amax / 127.0, 1.0)
-        Q = tl.floor(Q.to(tl.float32) / q_scale[:, None] + 0.5)
-        Q = tl.minimum(tl.maximum(Q, -127.0), 127.0).to(tl.int8)
-        row_qk_scale = q_scale * qk_scale
-    else:
-        row_qk_scale = tl.full([BLOCK_M], 1.0, tl.float32) * qk_scale
-    dot_dtype = q_ptr.dtype.element_ty
+    ).to(tl.float32)
+    q_amax = tl.max(tl.abs(Q), axis=1)
+    q_scale = tl.where(q_amax > 0.0, q_amax / 127.0, 1.0)
+    Q = Q / q_scale[:, None]
+    q_hi = tl.floor(Q + 0.5)
+    q_lo = tl.floor((Q - q_hi) * 254.0 + 0.5).to(tl.int8)
+    q_hi = q_hi.to(tl.int8)
+    row_qk_scale = q_scale * (qk_scale / 254.0)
 
     # This segment's range of KV tiles; trailing segments may be empty.
     num_tiles = tl.cdiv(seq_len, TILE_SIZE)
@@ -378,12 +415,18 @@ def kernel_int8_split_kv_attention(
     full_hi = tl.minimum(tile_hi, (seq_len - q_len + 1) // TILE_SIZE)
     full_hi = tl.maximum(full_hi, tile_lo)
 
-    M = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    L = tl.zeros([BLOCK_M], tl.float32)
+    # m_i: each row's softmax reference (log2 units); l_i: the sum of P; acc:
+    # the sum of P * v_scale * V in units of v_ref (the largest V scale seen
+    # when the reference last moved), so P * v_scale / v_ref fits fp16.
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_SIZE], tl.float32)
+    v_ref = tl.full([], 1e-30, tl.float32)
     block_table_row = block_table_ptr + seq_idx.to(tl.int64) * block_table_stride
-    head_ptr = kv_cache_ptr + kv_head_idx * STRIDE_HEAD
-    head_words_ptr = kv_words_ptr + kv_head_idx * (STRIDE_HEAD // 4)
+    k_head_ptr = k_cache_ptr + kv_head_idx * stride_head
+    v_head_ptr = v_cache_ptr + kv_head_idx * stride_head
+    ks_head_ptr = k_scale_ptr + kv_head_idx * stride_scale_head
+    vs_head_ptr = v_scale_ptr + kv_head_idx * stride_scale_head
 
     # Two loops: tiles that every query row sees whole, without masks, then
     # the last ones (past the context or partly hidden by the causal mask).
@@ -392,40 +435,57 @@ def kernel_int8_split_kv_attention(
         hi = tile_hi if masked else full_hi
         for j in range(lo, hi):
             K, V, k_scale, v_scale = _load_tile(
-                head_ptr,
-                head_words_ptr,
+                k_head_ptr,
+                v_head_ptr,
+                ks_head_ptr,
+                vs_head_ptr,
                 block_table_row,
-                stride_kv_0,
+                stride_page,
+                stride_scale_page,
                 j,
                 seq_len,
-                STRIDE_SLOT,
-                V_OFFSET,
                 HEAD_SIZE,
                 BLOCK_SIZE,
                 TILE_SIZE,
-                ROW_ALIGN,
+                RUN,
                 masked,
             )
-            M, L, acc = _attend_tile(
-                M,
-                L,
-                acc,
-                Q,
-                row_qk_scale,
-                kv_limit,
-                K,
-                V,
-                k_scale,
-                v_scale,
-                j * TILE_SIZE + tl.arange(0, TILE_SIZE),
-                dot_dtype,
-                masked,
-                INTEGER_QK,
-                P_LOG2_SCALE,
-            )
+            # 254 * (q_hi . K) + q_lo . K: an exact int32 below 2**30.
+            S = tl.dot(q_hi, K, out_dtype=tl.int32) * 254
+            S = tl.dot(q_lo, K, acc=S, out_dtype=tl.int32).to(tl.float32)
+            S = S * row_qk_scale[:, None] * k_scale[None, :]
+            if masked:
+                kv_pos = j * TILE_SIZE + tl.arange(0, TILE_SIZE)
+                S = tl.where(kv_pos[None, :] < kv_limit[:, None], S, float("-inf"))
 
+            # The reference moves only when some row's maximum exceeds it by
+            # more than RESCALE_THRESHOLD (or a larger V scale arrives), so
+            # most tiles skip rescaling the accumulator.  A row that has seen
+            # no valid key keeps m_i == -inf and uses 0 as its reference, so
+            # exp2(-inf - -inf) never produces NaN.
+            tile_max = tl.max(S, axis=1)
+            v_max = tl.max(v_scale, axis=0)
+            growth = tl.where(tile_max > m_i, tile_max - m_i, 0.0)
+            if tl.max(growth, axis=0) > RESCALE_THRESHOLD or v_max > v_ref:
+                m_new = tl.maximum(m_i, tile_max)
+                m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+                new_v_ref = tl.maximum(v_ref, v_max)
+                alpha = tl.exp2(m_i - m_ref)
+                l_i = l_i * alpha
+                acc = acc * (alpha * (v_ref / new_v_ref))[:, None]
+                m_i = m_new
+                v_ref = new_v_ref
+            m_ref = tl.where(m_i == float("-inf"), 0.0, m_i)
+            # P <= 2**(P_LOG2_SCALE + RESCALE_THRESHOLD).
+            P = tl.exp2(S - (m_ref - P_LOG2_SCALE)[:, None])
+            l_i += tl.sum(P, axis=1)
+            P_v = (P * (v_scale / v_ref)[None, :]).to(tl.float16)
+            acc = tl.dot(P_v, _int8_to_dot_operand(V, WIDEN), acc)
+
+    # Back to absolute units.
+    acc = acc * v_ref
     if NUM_SEGMENTS == 1:
-        inv_l = tl.where(L > 0.0, 1.0 / L, 0.0)
+        inv_l = tl.where(l_i > 0.0, 1.0 / l_i, 0.0)
         tl.store(
             out_ptr
             + token_idx[:, None] * out_stride_0
@@ -442,8 +502,8 @@ def kernel_int8_split_kv_attention(
             acc,
             mask=row_mask[:, None],
         )
-        tl.store(segm_max_ptr + partial, M, mask=row_mask)
-        tl.store(segm_expsum_ptr + partial, L, mask=row_mask)
+        tl.store(segm_max_ptr + partial, m_i, mask=row_mask)
+        tl.store(segm_expsum_ptr + partial, l_i, mask=row_mask)
 
 
 @triton.jit
@@ -486,31 +546,50 @@ def kernel_int8_split_kv_reduce(
     )
 
 
-def _int8_cache_words(cache: torch.Tensor, head_size: int, name: str) -> torch.Tensor:
-    """Check an INT8 per-token-head cache view and return its int32 words."""
-    if cache.dtype != torch.int8 or cache.dim() != 4:
+def _check_planar_cache(
+    data: torch.Tensor,
+    scale: torch.Tensor,
+    head_size: int,
+    name: str,
+    transposed: bool,
+) -> None:
+    """Check one half (K, or V stored transposed) of a planar INT8
+    per-token-head cache."""
+    if data.dtype != torch.int8 or data.dim() != 4 or data.shape[3] != head_size:
         raise ValueError(
-            f"{name} must be a 4-D int8 per-token-head cache, got "
-            f"{cache.dtype} with shape {tuple(cache.shape)}"
+            f"{name} must be a 4-D int8 [num_blocks, block_size, num_kv_heads, "
+            f"{head_size}] view, got {data.dtype} with shape {tuple(data.shape)}"
         )
-    if cache.shape[3] != head_size + 4 or cache.stride(3) != 1:
+    block_size = data.shape[1]
+    slot_stride, dim_stride = (1, block_size) if transposed else (head_size, 1)
+    if data.stride(1) != slot_stride or data.stride(3) != dim_stride:
         raise ValueError(
-            f"{name} rows must be {head_size} int8 values followed by an inline "
-            f"fp32 scale ({head_size + 4} contiguous bytes), got shape "
-            f"{tuple(cache.shape)} and strides {cache.stride()}"
+            f"{name} must have the planar layout (strides (*, {slot_stride}, *, "
+            f"{dim_stride})), got strides {data.stride()}"
         )
-    if cache.storage_offset() % 4 or any(st % 4 for st in cache.stride()[:3]):
+    if data.data_ptr() % 16 or data.stride(0) % 16 or data.stride(2) % 16:
         raise ValueError(
-            f"{name} rows must start on 4-byte boundaries, got strides "
-            f"{cache.stride()} and storage offset {cache.storage_offset()}"
+            f"{name} rows must start on 16-byte boundaries, got strides "
+            f"{data.stride()} and address {data.data_ptr()}"
         )
-    return cache.view(torch.int32)
+    if (
+        scale.dtype != torch.float32
+        or scale.shape != data.shape[:3]
+        or scale.stride(1) != 1
+    ):
+        raise ValueError(
+            f"{name} scales must be float32 [num_blocks, block_size, num_kv_heads] "
+            f"with consecutive slots contiguous, got {scale.dtype} with shape "
+            f"{tuple(scale.shape)} and strides {scale.stride()}"
+        )
 
 
 def int8_split_kv_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
+    k_scale_cache: torch.Tensor,
+    v_scale_cache: torch.Tensor,
     out: torch.Tensor,
     cu_seqlens_q: torch.Tensor,
     seqused_k: torch.Tensor,
@@ -521,7 +600,6 @@ def int8_split_kv_attention(
     segm_output: torch.Tensor,
     segm_max: torch.Tensor,
     segm_expsum: torch.Tensor,
-    integer_qk: bool | None = None,
     geometry: Int8SplitKVGeometry | None = None,
 ) -> None:
     """Causal attention of 1..16 query tokens per request on the INT8 cache.
@@ -529,14 +607,18 @@ def int8_split_kv_attention(
     Query token ``i`` of a request with ``q_len`` tokens and ``seq_len``
     context tokens (the query included) attends to positions
     ``< seq_len - (q_len - 1 - i)``.  Launches a fixed grid of
-    ``(num_seqs, num_kv_heads, num_segments)`` programs plus a reduce kernel;
-    nothing depends on device values, so it is CUDA-graph safe.
+    ``(num_kv_heads * row_splits, num_seqs, num_segments)`` programs plus a
+    reduce kernel; nothing depends on device values, so it is CUDA-graph
+    safe.
 
     Args:
         q: ``[num_tokens, num_query_heads, head_size]`` fp16/bf16.
-        k_cache: ``[num_blocks, block_size, num_kv_heads, head_size + 4]``
-            int8; each row is ``head_size`` values then their fp32 scale.
+        k_cache: ``[num_blocks, block_size, num_kv_heads, head_size]`` int8,
+            planar: strides ``(page, head_size, head, 1)``, 16-byte aligned.
         v_cache: Same layout as ``k_cache``.
+        k_scale_cache: ``[num_blocks, block_size, num_kv_heads]`` float32,
+            strides ``(page, 1, head)``.
+        v_scale_cache: Same layout as ``k_scale_cache``.
         out: ``[num_tokens, num_query_heads, head_size]``, written.
         cu_seqlens_q: ``[num_seqs + 1]`` int32 query start offsets.
         seqused_k: ``[num_seqs]`` int32 context lengths.
@@ -547,9 +629,6 @@ def int8_split_kv_attention(
         segm_output: ``[max_partials, num_query_heads, head_size]`` float32.
         segm_max: ``[max_partials, num_query_heads]`` float32.
         segm_expsum: ``[max_partials, num_query_heads]`` float32.
-        integer_qk: Quantize Q to int8 and use int8 Q.K dot products;
-            ``None`` reads ``VLLM_TRITON_INT8_KV_INTEGER_QK``.  Adds
-            ~1.5-2% relative error (vs ~0.3% with fp Q.K).
         geometry: Overrides :func:`select_int8_split_kv_geometry` (tests and
             tuning); ``num_segments`` must be a power of two.
     """
@@ -570,22 +649,19 @@ def int8_split_kv_attention(
             f"max_query_len {max_query_len} is outside 1..{MAX_QUERY_LEN}; "
             "use unified_attention for longer queries"
         )
-    k_words = _int8_cache_words(k_cache, head_size, "k_cache")
-    _int8_cache_words(v_cache, head_size, "v_cache")
-    # K and V rows are addressed from one base pointer (aligned, so the
-    # compiler can prove 4-byte alignment of every row).
-    v_offset = v_cache.data_ptr() - k_cache.data_ptr()
+    _check_planar_cache(k_cache, k_scale_cache, head_size, "k_cache", False)
+    _check_planar_cache(v_cache, v_scale_cache, head_size, "v_cache", True)
     if (
         k_cache.shape != v_cache.shape
-        or k_cache.stride() != v_cache.stride()
-        or v_offset < 0
-        or v_offset % 4
+        or k_cache.stride(0) != v_cache.stride(0)
+        or k_cache.stride(2) != v_cache.stride(2)
+        or k_scale_cache.stride() != v_scale_cache.stride()
     ):
         raise ValueError(
-            "k_cache and v_cache must be views of one cache with equal shapes "
-            f"and strides and V rows 4-byte aligned after K rows, got shapes "
-            f"{tuple(k_cache.shape)} / {tuple(v_cache.shape)}, strides "
-            f"{k_cache.stride()} / {v_cache.stride()}, V offset {v_offset}"
+            "k_cache and v_cache (and their scales) must have equal shapes and "
+            f"strides, got {tuple(k_cache.shape)} / {tuple(v_cache.shape)}, "
+            f"{k_cache.stride()} / {v_cache.stride()}, "
+            f"{k_scale_cache.stride()} / {v_scale_cache.stride()}"
         )
     _, block_size, num_kv_heads, _ = k_cache.shape
     if num_query_heads % num_kv_heads:
@@ -598,19 +674,18 @@ def int8_split_kv_attention(
             f"segm_output must be [max_partials, {num_query_heads}, {head_size}], "
             f"got {tuple(segm_output.shape)}"
         )
-    if integer_qk is None:
-        integer_qk = envs.VLLM_TRITON_INT8_KV_INTEGER_QK
-    if integer_qk and head_size < 128:
-        raise ValueError("integer Q.K needs head_size >= 128")
 
     num_seqs = seqused_k.shape[0]
     num_queries_per_kv = num_query_heads // num_kv_heads
-    block_q = triton.next_power_of_2(max_query_len)
-    # tl.dot needs at least 16 rows.
-    block_m = max(16, triton.next_power_of_2(num_queries_per_kv * block_q))
     if geometry is None:
         geometry = select_int8_split_kv_geometry(
-            max_query_len, max_seq_len, num_seqs, num_tokens, segm_output.shape[0]
+            max_query_len,
+            max_seq_len,
+            num_seqs,
+            num_tokens,
+            segm_output.shape[0],
+            num_queries_per_kv,
+            block_size,
         )
     num_segments = geometry.num_segments
     if num_segments & (num_segments - 1) or (
@@ -620,30 +695,29 @@ def int8_split_kv_attention(
             f"{num_segments} segments x {num_tokens} tokens do not fit the "
             f"{segm_output.shape[0]} partial slots (or are not a power of two)"
         )
-
     tile_size = geometry.tile_size
-    if block_size % tile_size and block_size % 16:
+    run = _run_tokens(block_size, tile_size)
+    if run < 16 and block_size % tile_size:
         raise ValueError(
             f"block_size {block_size} must be a multiple of 16 or of the KV tile "
             f"({tile_size} tokens)"
         )
-    # 8-byte alignment of every K row lets the compiler use 64-bit loads
-    # (upstream's layout: 520-byte rows for head_size 256).
-    row_align = (
-        8
-        if k_cache.data_ptr() % 8 == 0
-        and not any(st % 8 for st in k_cache.stride()[:3])
-        else 4
-    )
+    rows = num_queries_per_kv * max_query_len
+    # tl.dot needs at least 16 rows.
+    block_m = max(16, min(geometry.block_m, triton.next_power_of_2(rows)))
+    row_splits = triton.cdiv(rows, block_m)
 
-    kernel_int8_split_kv_attention[(num_seqs, num_kv_heads, num_segments)](
+    grid = (num_kv_heads * row_splits, num_seqs, num_segments)
+    kernel_int8_split_kv_attention[grid](
         out,
         segm_output,
         segm_max,
         segm_expsum,
         q,
         k_cache,
-        k_words,
+        v_cache,
+        k_scale_cache,
+        v_scale_cache,
         block_table,
         seqused_k,
         cu_seqlens_q,
@@ -654,19 +728,21 @@ def int8_split_kv_attention(
         out_stride_0=out.stride(0),
         out_stride_1=out.stride(1),
         block_table_stride=block_table.stride(0),
-        stride_kv_0=k_cache.stride(0),
-        STRIDE_SLOT=k_cache.stride(1),
-        STRIDE_HEAD=k_cache.stride(2),
-        V_OFFSET=v_offset,
-        ROW_ALIGN=row_align,
+        stride_page=k_cache.stride(0),
+        stride_head=k_cache.stride(2),
+        stride_scale_page=k_scale_cache.stride(0),
+        stride_scale_head=k_scale_cache.stride(2),
         NUM_QUERIES_PER_KV=num_queries_per_kv,
+        ROW_SPLITS=row_splits,
         BLOCK_M=block_m,
         HEAD_SIZE=head_size,
         BLOCK_SIZE=block_size,
         TILE_SIZE=tile_size,
+        RUN=run,
         NUM_SEGMENTS=num_segments,
-        INTEGER_QK=integer_qk,
+        WIDEN=2 if _PTX_WIDEN else 1,
         P_LOG2_SCALE=P_LOG2_SCALE,
+        RESCALE_THRESHOLD=RESCALE_THRESHOLD,
         num_warps=geometry.num_warps,
         num_stages=geometry.num_stages,
     )
