@@ -197,7 +197,8 @@ def test_padded_view_refuses_uneven_kernel_split():
 
 def test_triton_scale_views_follow_the_padded_sub_pages():
     """The Triton backend's per-token-head scale views over a padded, split
-    cache address the scale word of the right record in the right sub-page."""
+    cache address a word inside the right block of the right sub-page (where
+    inside the block is the backend's layout, tested with the backend)."""
     from vllm.v1.attention.backends.triton_attn import TritonAttentionImpl
 
     kernel_block_size = 16
@@ -205,7 +206,7 @@ def test_triton_scale_views_follow_the_padded_sub_pages():
     per_page = spec.block_size // kernel_block_size
     sub_page = spec.page_size_bytes // per_page
     nkv, hs = spec.num_kv_heads, spec.head_size
-    record = 2 * (hs + 4)  # [K | K scale | V | V scale] of one (slot, head)
+    block_bytes = kernel_block_size * nkv * 2 * (hs + 4)
 
     impl = TritonAttentionImpl(
         num_heads=2 * nkv,
@@ -227,12 +228,16 @@ def test_triton_scale_views_follow_the_padded_sub_pages():
         (50, 0, 0),
         (99, 9, 5),
     ]:
-        k_scale, v_scale = torch.rand(2, generator=gen).tolist()
+        k_scale, v_scale = (0.5 + torch.rand(2, generator=gen)).tolist()
         impl._k_scale_cache[block, slot, head] = k_scale
         impl._v_scale_cache[block, slot, head] = v_scale
         page, sub = divmod(block, per_page)
         start = page * spec.page_size_bytes + sub * sub_page
-        start += (slot * nkv + head) * record
-        words = raw[start : start + record].view(torch.float32)
-        assert words[hs // 4].item() == pytest.approx(k_scale)
-        assert words[(2 * hs + 4) // 4].item() == pytest.approx(v_scale)
+        written = raw.nonzero().flatten()
+        # Eight bytes (two fp32 words in [0.5, 1.5) have no zero high
+        # byte), all inside this block's records.
+        assert 2 <= written.numel() <= 8
+        assert ((written >= start) & (written < start + block_bytes)).all()
+        words = raw[start : start + block_bytes].view(torch.float32)
+        assert (words == k_scale).sum() == 1 and (words == v_scale).sum() == 1
+        raw.zero_()
