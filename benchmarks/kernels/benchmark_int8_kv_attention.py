@@ -418,7 +418,15 @@ def main():
     )
     parser.add_argument("--output-dir", default="benchmarks/results")
     parser.add_argument("--tag", default="", help="suffix of the output files")
+    parser.add_argument(
+        "--replot", metavar="JSON", help="redraw the plot of a results file (no GPU)"
+    )
     args = parser.parse_args()
+    if args.replot:
+        with open(args.replot) as f:
+            result = json.load(f)
+        plot(result["rows"], args.replot.removesuffix(".json") + ".png", result["gpu"])
+        return
     if args.quick:
         args.batch_sizes, args.contexts = [1], [32768, 131072]
 
@@ -512,7 +520,8 @@ def print_table(rows):
 
 
 def plot(rows, path, gpu):
-    """split-KV speed relative to FlashAttention, per block size and batch."""
+    """split-KV speed relative to FlashAttention: one panel per (block size,
+    batch), one colour per query length in every panel."""
     try:
         import matplotlib
 
@@ -521,30 +530,44 @@ def plot(rows, path, gpu):
     except ImportError:
         print("matplotlib not installed; no plot")
         return
-    groups = sorted({(r["block"], r["batch"]) for r in rows if "speedup_vs_fa" in r})
-    if not groups:
+    split = [r for r in rows if r["impl"] == "int8_split_kv" and "speedup_vs_fa" in r]
+    blocks = sorted({r["block"] for r in split})
+    batches = sorted({r["batch"] for r in split})
+    qlens = sorted({r["qlen"] for r in split})
+    if not split:
         return
+    colors = {q: f"C{i}" for i, q in enumerate(qlens)}
     fig, axes = plt.subplots(
-        1, len(groups), figsize=(5 * len(groups), 4), squeeze=False
+        len(batches),
+        len(blocks),
+        figsize=(4.5 * len(blocks), 3.6 * len(batches)),
+        squeeze=False,
     )
-    for ax, (block, batch) in zip(axes[0], groups):
-        for qlen in sorted({r["qlen"] for r in rows}):
-            pts = sorted(
-                (r["ctx"], r["speedup_vs_fa"])
-                for r in rows
-                if r["impl"] == "int8_split_kv"
-                and (r["block"], r["batch"], r["qlen"]) == (block, batch, qlen)
-                and "speedup_vs_fa" in r
-            )
-            if pts:
-                ax.plot(*zip(*pts), marker="o", label=f"{qlen} query tokens")
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.set_xscale("log", base=2)
-        ax.set_title(f"block {block}, batch {batch}")
-        ax.set_xlabel("context")
-        ax.set_ylabel("FA time / split-KV INT8 time")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+    for bi, batch in enumerate(batches):
+        for ki, block in enumerate(blocks):
+            ax = axes[bi][ki]
+            for qlen in qlens:
+                pts = sorted(
+                    (r["ctx"], r["speedup_vs_fa"])
+                    for r in split
+                    if (r["block"], r["batch"], r["qlen"]) == (block, batch, qlen)
+                )
+                if pts:
+                    ax.plot(
+                        *zip(*pts),
+                        marker="o",
+                        color=colors[qlen],
+                        label=f"{qlen} query token{'s' if qlen > 1 else ''}",
+                    )
+            ax.axhline(1.0, color="k", lw=0.8)
+            ax.set_xscale("log", base=2)
+            ax.set_ylim(0, max(1.6, max(r["speedup_vs_fa"] for r in split) * 1.05))
+            ax.set_title(f"block {block}, batch {batch}")
+            ax.set_xlabel("context (tokens)")
+            ax.set_ylabel("FA time / INT8 time (>1: INT8 faster)")
+            ax.grid(True, which="both", alpha=0.3)
+            if ax.lines[1:]:
+                ax.legend(fontsize=7)
     fig.suptitle(f"split-KV INT8 vs BF16 FlashAttention, {gpu}")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
