@@ -196,9 +196,6 @@ def materialize(root: Path, pin: Pin, sdist: Path, out: Path) -> str:
         _unpack_sdist(sdist, tmp)
         git(tmp, "init", "-q", "-b", "main")
         git(tmp, "config", "notes.rewriteRef", NOTES_REF)
-        # An amended or rebased commit carries one copy of its metadata, not
-        # the old and the new note concatenated.
-        git(tmp, "config", "notes.rewriteMode", "overwrite")
         git(tmp, "config", "notes.displayRef", NOTES_REF)
         git(tmp, "add", "-f", "-A")
         env = _ident_env(
