@@ -235,6 +235,29 @@ def sectioned_prefill_workspace_shapes(
 
 
 @triton.jit
+def _dequant_int8_pth_half(
+    cache_ptr,
+    scale_ptr,
+    out_ptr,
+    row_off,  # [BLOCK_T] offset of each token's first value
+    scale_off,  # [BLOCK_T] offset of each token's scale
+    out_off,  # [BLOCK_T, HEAD_SIZE] output offsets
+    tok_mask,
+    stride_dim: tl.constexpr,
+    HEAD_SIZE: tl.constexpr,
+):
+    """Dequantise the K or the V values of a tile of tokens."""
+    dims = tl.arange(0, HEAD_SIZE)
+    mask = tok_mask[:, None]
+    x = tl.load(
+        cache_ptr + row_off[:, None] + dims[None, :] * stride_dim, mask=mask, other=0
+    )
+    scale = tl.load(scale_ptr + scale_off, mask=tok_mask, other=0.0)
+    x = x.to(tl.float32) * scale[:, None]
+    tl.store(out_ptr + out_off, x.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _dequant_int8_pth_section_kernel(
     key_cache_ptr,  # int8 [num_blocks, block_size, num_kv_heads, HEAD_SIZE]
     value_cache_ptr,  # int8, same logical shape (any strides)
@@ -276,46 +299,35 @@ def _dequant_int8_pth_section_kernel(
         other=0,
     ).to(tl.int64)
     slot = pos % BLOCK_SIZE
-    dims = tl.arange(0, HEAD_SIZE)
-    mask = tok_mask[:, None]
-    # The backend's planar views: K rows of HEAD_SIZE bytes, V stored
-    # transposed (runs of tokens per channel); the strides say which.
-    k = tl.load(
-        key_cache_ptr
-        + (block_idx * stride_k_block + slot * stride_k_slot + head * stride_k_head)[
-            :, None
-        ]
-        + dims[None, :] * stride_k_dim,
-        mask=mask,
-        other=0,
-    )
-    v = tl.load(
-        value_cache_ptr
-        + (block_idx * stride_v_block + slot * stride_v_slot + head * stride_v_head)[
-            :, None
-        ]
-        + dims[None, :] * stride_v_dim,
-        mask=mask,
-        other=0,
-    )
     scale_off = block_idx * stride_s_block + slot * stride_s_slot + head * stride_s_head
-    k_scale = tl.load(k_scale_ptr + scale_off, mask=tok_mask, other=0.0)
-    v_scale = tl.load(v_scale_ptr + scale_off, mask=tok_mask, other=0.0)
     out_off = (
         tok.to(tl.int64)[:, None] * stride_out_tok
         + head * stride_out_head
-        + dims[None, :]
+        + tl.arange(0, HEAD_SIZE)[None, :]
     )
-    dtype = key_out_ptr.dtype.element_ty
-    tl.store(
-        key_out_ptr + out_off,
-        (k.to(tl.float32) * k_scale[:, None]).to(dtype),
-        mask=mask,
+    # The backend's planar views: K rows of HEAD_SIZE bytes, V stored
+    # transposed (runs of tokens per channel); the strides say which.
+    _dequant_int8_pth_half(
+        key_cache_ptr,
+        k_scale_ptr,
+        key_out_ptr,
+        block_idx * stride_k_block + slot * stride_k_slot + head * stride_k_head,
+        scale_off,
+        out_off,
+        tok_mask,
+        stride_k_dim,
+        HEAD_SIZE,
     )
-    tl.store(
-        value_out_ptr + out_off,
-        (v.to(tl.float32) * v_scale[:, None]).to(dtype),
-        mask=mask,
+    _dequant_int8_pth_half(
+        value_cache_ptr,
+        v_scale_ptr,
+        value_out_ptr,
+        block_idx * stride_v_block + slot * stride_v_slot + head * stride_v_head,
+        scale_off,
+        out_off,
+        tok_mask,
+        stride_v_dim,
+        HEAD_SIZE,
     )
 
 

@@ -138,13 +138,10 @@ def select_int8_split_kv_geometry(
     """
     rows = num_queries_per_kv * max_query_len
     base = next((g for r, g in GEOMETRY_TABLE if rows <= r), GEOMETRY_TABLE[-1][1])
-    tile_size, num_segments = base.tile_size, base.num_segments
     # Tiles that straddle cache blocks are read in runs of the largest power
-    # of two dividing the block size; keep runs of at least 16 tokens.
-    while tile_size > 16 and block_size % tile_size and block_size % 16 == 0:
-        if _run_tokens(block_size, tile_size) >= 16:
-            break
-        tile_size //= 2
+    # of two dividing the block size: at least 16 tokens for any block size
+    # the backend allows (a multiple of 16), so the table's tiles always fit.
+    tile_size, num_segments = base.tile_size, base.num_segments
     # Short contexts: keep at least a few tiles per segment.
     while num_segments > 1 and num_segments * tile_size * 4 > max_seq_len:
         num_segments //= 2
