@@ -37,12 +37,15 @@ KV_CONFIGS = {
     "int8-triton": ("TRITON_ATTN", "int8_per_token_head"),
 }
 
-# Where the fork counts which INT8 attention path (decode/verify, sectioned
-# prefill, stock kernel) ran, as "module:attribute".  The name is not final;
-# override with VLLM_E2E_PATH_COUNTER instead of editing the scripts.
-DEFAULT_PATH_COUNTER = (
-    "vllm.v1.attention.ops.triton_int8_sectioned_prefill:INT8_PTH_ATTN_PATH_COUNTS"
-)
+# The Triton backend's attention launchers, by the path name the reports use.
+# count_attention_paths() wraps them in the engine's process (eager steps
+# only: CUDA-graph replays run no Python).
+ATTENTION_PATHS = {
+    "int8_split_kv_attention": "split_kv",
+    "sectioned_prefill_attention": "sectioned_prefill",
+    "unified_attention": "unified",
+}
+_PATH_COUNTS: dict[str, int] | None = None
 
 
 def log(msg: str) -> None:
@@ -219,6 +222,7 @@ def maybe_run_worker(worker) -> None:
     """Child side of :func:`spawn`: call ``worker`` and exit if asked to."""
     if len(sys.argv) == 4 and sys.argv[1] == "--_worker":
         cfg = json.loads(Path(sys.argv[2]).read_text())
+        count_attention_paths()
         result = worker(cfg)
         Path(sys.argv[3]).write_text(json.dumps(result))
         sys.exit(0)
@@ -228,19 +232,41 @@ def maybe_run_worker(worker) -> None:
 # Introspection of a live engine (in-process engine core, see worker_env)
 
 
-def read_path_counter() -> dict[str, int] | None:
-    """The fork's INT8 attention path counter, or None where there is none.
+def count_attention_paths() -> None:
+    """Count the Triton backend's launches per attention path from now on.
 
-    This is the one place that knows the counter's name: point it at the
-    final one with ``VLLM_E2E_PATH_COUNTER=module:attribute``.
+    Wraps the launchers the backend module calls (the engine core runs
+    in-process, see worker_env), so nothing in vLLM keeps a counter.  The
+    split-KV kernel also records each query length it ran with
+    (``split_kv_q<N>``).  Launchers this vLLM lacks are skipped.
     """
-    spec = os.environ.get("VLLM_E2E_PATH_COUNTER", DEFAULT_PATH_COUNTER)
-    module_name, _, attr = spec.partition(":")
+    global _PATH_COUNTS
+    if _PATH_COUNTS is not None:
+        return
     try:
-        counter = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError):
-        return None
-    return {str(k): int(v) for k, v in dict(counter).items()}
+        from vllm.v1.attention.backends import triton_attn
+    except ImportError:
+        return
+    counts: dict[str, int] = {}
+    for name, path in ATTENTION_PATHS.items():
+        fn = getattr(triton_attn, name, None)
+        if fn is None:
+            continue
+
+        def counted(*args, _fn=fn, _path=path, **kwargs):
+            counts[_path] = counts.get(_path, 0) + 1
+            if _path == "split_kv":
+                key = f"split_kv_q{kwargs.get('max_query_len')}"
+                counts[key] = counts.get(key, 0) + 1
+            return _fn(*args, **kwargs)
+
+        setattr(triton_attn, name, counted)
+    _PATH_COUNTS = counts
+
+
+def read_path_counter() -> dict[str, int] | None:
+    """Launch counts since :func:`count_attention_paths`, or None before."""
+    return None if _PATH_COUNTS is None else dict(_PATH_COUNTS)
 
 
 def _drop_scale_views_rpc(worker) -> int:

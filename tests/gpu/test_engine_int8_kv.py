@@ -80,8 +80,7 @@ def test_int8_dflash_matches_bf16_dflash(greedy_report):
 
 def test_fork_paths_ran(greedy_report):
     counters = greedy_report["path_counter"]["int8-triton+dflash"]
-    if counters is None:
-        pytest.skip("no INT8 path counter in this vLLM (set VLLM_E2E_PATH_COUNTER)")
+    assert counters is not None, "the harness did not count attention launches"
     # Target-model decode and verify steps go to the split-KV kernel; the
     # drafter's sliding-window layers may still use the unified kernel.
     assert counters.get("split_kv", 0) > 0, counters

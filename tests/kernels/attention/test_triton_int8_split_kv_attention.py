@@ -413,7 +413,6 @@ def _spill_bytes_offline(geometry, block_size, arch):
         BLOCK_SIZE=block_size,
         TILE_SIZE=geometry.tile_size,
         RUN=mod._run_tokens(block_size, geometry.tile_size),
-        NUM_SEGMENTS=geometry.num_segments,
         WIDEN=2,
         P_LOG2_SCALE=mod.P_LOG2_SCALE,
         RESCALE_THRESHOLD=mod.RESCALE_THRESHOLD,
@@ -433,6 +432,8 @@ def _spill_bytes_offline(geometry, block_size, arch):
             signature[name] = "constexpr"
         elif name == "qk_scale":
             signature[name] = "fp32"
+        elif name == "num_segments":
+            signature[name] = "i32"
         elif name.endswith("_ptr"):
             signature[name] = pointers.get(name, "*fp32")
             aligned.append(i)

@@ -10,6 +10,7 @@ test also runs where FlashAttention does not.
 """
 
 import math
+from collections import Counter
 from types import SimpleNamespace
 
 import pytest
@@ -25,12 +26,15 @@ from tests.kernels.attention.test_int8_sectioned_prefill import (
 )
 from vllm.config import CUDAGraphMode
 from vllm.v1.attention.backend import AttentionCGSupport, CommonAttentionMetadata
+from vllm.v1.attention.backends import triton_attn
 from vllm.v1.attention.backends.triton_attn import (
+    Int8DecodeKernel,
+    Int8PerTokenHeadKernels,
+    Int8PrefillKernel,
     TritonAttentionImpl,
     TritonAttentionMetadataBuilder,
 )
 from vllm.v1.attention.ops.triton_int8_sectioned_prefill import (
-    INT8_PTH_ATTN_PATH_COUNTS,
     sectioned_prefill_workspace_shapes,
 )
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVQuantMode
@@ -95,6 +99,81 @@ def test_builder_threshold_and_cudagraph_support():
         )
 
 
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    """Counts the backend's launches of each attention path (calls through)."""
+    calls: Counter[str] = Counter()
+    for name, path in (
+        ("int8_split_kv_attention", "split_kv"),
+        ("unified_attention", "unified"),
+        ("sectioned_prefill_attention", "sectioned_prefill"),
+    ):
+        fn = getattr(triton_attn, name)
+
+        def counted(*args, _fn=fn, _path=path, **kwargs):
+            calls[_path] += 1
+            return _fn(*args, **kwargs)
+
+        monkeypatch.setattr(triton_attn, name, counted)
+    return calls
+
+
+def int8_kernels(decode_kernel: str) -> Int8PerTokenHeadKernels:
+    """The layer's kernels, with the per-section attention in PyTorch."""
+    return Int8PerTokenHeadKernels(
+        Int8DecodeKernel(decode_kernel),
+        Int8PrefillKernel.SECTIONED_FLASH_ATTN,
+        sdpa_section_attn,
+    )
+
+
+def test_kernel_selection():
+    """The selector sends plain decoder layers to the split paths and keeps
+    everything else on the unified kernel."""
+    plain = dict(
+        attn_type="decoder",
+        sliding_window=None,
+        use_alibi=False,
+        softcap=0,
+        use_sinks=False,
+        chunk_lookback=-1,
+        kv_sharing=False,
+        vllm_config=None,
+    )
+    select = triton_attn.select_int8_per_token_head_kernels
+    assert select(128, **plain).decode == Int8DecodeKernel.SPLIT_KV
+    # Head sizes the split-KV kernel does not take.
+    assert select(96, **plain).decode == Int8DecodeKernel.UNIFIED
+    for change in (
+        {"sliding_window": 128},
+        {"use_alibi": True},
+        {"softcap": 30.0},
+        {"use_sinks": True},
+        {"chunk_lookback": 2},
+        {"attn_type": "encoder_decoder"},
+    ):
+        kernels = select(128, **{**plain, **change})
+        assert kernels.decode == Int8DecodeKernel.UNIFIED, change
+        assert kernels.prefill == Int8PrefillKernel.UNIFIED, change
+    # KV-sharing layers get no new K/V of their own to attend to.
+    assert (
+        select(128, **{**plain, "kv_sharing": True}).prefill
+        == Int8PrefillKernel.UNIFIED
+    )
+    # Verify rows longer than the split-KV kernel takes, or fp32 models.
+    spec = SimpleNamespace(num_speculative_tokens=16, parallel_drafting=False)
+    cfg = SimpleNamespace(model_config=None, speculative_config=spec)
+    assert (
+        select(128, **{**plain, "vllm_config": cfg}).decode == Int8DecodeKernel.UNIFIED
+    )
+    cfg = SimpleNamespace(
+        model_config=SimpleNamespace(dtype=torch.float32), speculative_config=None
+    )
+    assert (
+        select(128, **{**plain, "vllm_config": cfg}).decode == Int8DecodeKernel.UNIFIED
+    )
+
+
 @pytest.fixture(autouse=True)
 def workspace_manager():
     """The engine's WorkspaceManager (the prefill scratch comes from it)."""
@@ -142,7 +221,7 @@ STEPS = {
 # Decode rows go to the split-KV kernel, or to the unified kernel for layers
 # that kernel does not take (e.g. head sizes other than 64/128/256).
 @pytest.mark.parametrize("decode_kernel", ["split_kv", "unified"])
-def test_mixed_step(step, decode_kernel, workspace_manager):
+def test_mixed_step(step, decode_kernel, workspace_manager, kernel_calls):
     torch.manual_seed(0)
     reqs = STEPS[step]
     builder, _, _ = make_builder(KVQuantMode.INT8_PER_TOKEN_HEAD)
@@ -154,9 +233,7 @@ def test_mixed_step(step, decode_kernel, workspace_manager):
     impl = TritonAttentionImpl(
         NUM_HEADS, HEAD_SIZE, scale, NUM_KV_HEADS, None, None, "int8_per_token_head"
     )
-    impl._section_attn_fn = sdpa_section_attn
-    impl._use_int8_split_kv = decode_kernel == "split_kv"
-    other_kernel = "unified" if decode_kernel == "split_kv" else "split_kv"
+    impl._int8_kernels = int8_kernels(decode_kernel)
 
     seq_lens = [c + q for c, q in reqs]
     query_lens = [q for _, q in reqs]
@@ -206,16 +283,13 @@ def test_mixed_step(step, decode_kernel, workspace_manager):
         planned = [r.block_table_row for r in meta.prefill.requests]
         assert planned == list(range(num_decodes, len(reqs)))
 
-    before = INT8_PTH_ATTN_PATH_COUNTS.copy()
     output = torch.full_like(query, float("nan"))
     impl.forward(None, query, key, value, kv_cache, meta, output)
-    used = INT8_PTH_ATTN_PATH_COUNTS - before
-    if meta.prefill is None:
-        assert used == {decode_kernel: 1}
-    else:
-        assert used["sectioned_prefill"] == 1
-        assert used[decode_kernel] == (1 if num_decodes else 0)
-        assert not {other_kernel, "unified_fallback"} & set(used)
+    # Each part of the step ran once, on the layer's kernel for it.
+    expected = Counter({decode_kernel: 1 if num_decodes else 0})
+    if meta.prefill is not None:
+        expected["sectioned_prefill"] = 1
+    assert kernel_calls == +expected
 
     if 0 < num_decodes < len(reqs):
         # The decode rows of a split step are exactly those of a decode-only
@@ -281,3 +355,118 @@ def test_mixed_step(step, decode_kernel, workspace_manager):
         torch.testing.assert_close(
             output[q0 : q0 + query_len].float(), ref, atol=2e-2, rtol=2e-2
         )
+
+
+def test_warmup_runs_every_decode_length_and_a_mixed_step(
+    workspace_manager, monkeypatch, kernel_calls
+):
+    """The kernel warm-up drives each INT8 layer through the decode path for
+    every query length the runner sends there and through a mixed step with
+    a prefill over cached context, and leaves the KV cache untouched."""
+    from vllm.model_executor.warmup import triton_attn_warmup
+    from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
+
+    # Small enough for the CPU interpreter; still several blocks.
+    monkeypatch.setattr(triton_attn_warmup, "_WARMUP_CONTEXT_TOKENS", 3 * BLOCK_SIZE)
+    builder, spec, _ = make_builder(KVQuantMode.INT8_PER_TOKEN_HEAD)
+    builder.reorder_batch_threshold = 4
+    workspace_manager.lock()
+    builder.int8_prefill_section_tokens = 32
+    builder.int8_prefill_query_tile_tokens = 16
+    impl = TritonAttentionImpl(
+        NUM_HEADS,
+        HEAD_SIZE,
+        HEAD_SIZE**-0.5,
+        NUM_KV_HEADS,
+        None,
+        None,
+        "int8_per_token_head",
+    )
+    impl._int8_kernels = int8_kernels("split_kv")
+    kv_cache = make_int8_cache(2, NUM_KV_HEADS, HEAD_SIZE)
+    before_cache = kv_cache.clone()
+    layers = {
+        name: SimpleNamespace(impl=impl, kv_cache=kv_cache) for name in ("a", "b")
+    }
+    group = SimpleNamespace(
+        backend=TritonAttentionBackend,
+        kv_cache_spec=spec,
+        layer_names=list(layers),
+        get_metadata_builder=lambda: builder,
+    )
+    # A group on another cache dtype is skipped.
+    other_builder, other_spec, _ = make_builder(KVQuantMode.NONE)
+    other = SimpleNamespace(
+        backend=TritonAttentionBackend,
+        kv_cache_spec=other_spec,
+        layer_names=["c"],
+        get_metadata_builder=lambda: other_builder,
+    )
+    runner = SimpleNamespace(
+        attn_groups=[[group], [other]],
+        compilation_config=SimpleNamespace(static_forward_context=layers),
+        device=torch.device(DEVICE),
+        dtype=torch.bfloat16,
+    )
+    triton_attn_warmup.triton_int8_per_token_head_warmup(runner)
+    # Query lengths 1..4 (the reorder threshold) and the mixed step's decode
+    # row, per layer; one sectioned prefill per layer.
+    assert kernel_calls == {"split_kv": 2 * 5, "sectioned_prefill": 2}
+    assert torch.equal(kv_cache, before_cache)
+
+
+@pytest.mark.parametrize("case", ["non_causal", "prefill_on_unified"])
+def test_whole_step_on_unified(case, workspace_manager, kernel_calls):
+    """Steps the split does not handle (here non-causal), and layers without
+    a sectioned prefill, run the whole mixed step in one unified launch."""
+    reqs = STEPS["mixed"]
+    builder, _, _ = make_builder(KVQuantMode.INT8_PER_TOKEN_HEAD)
+    impl = TritonAttentionImpl(
+        NUM_HEADS,
+        HEAD_SIZE,
+        HEAD_SIZE**-0.5,
+        NUM_KV_HEADS,
+        None,
+        None,
+        "int8_per_token_head",
+    )
+    impl._int8_kernels = int8_kernels("split_kv")
+    if case == "prefill_on_unified":
+        impl._int8_kernels = impl._int8_kernels._replace(
+            prefill=Int8PrefillKernel.UNIFIED, section_attn_fn=None
+        )
+    seq_lens = [c + q for c, q in reqs]
+    query_lens = [q for _, q in reqs]
+    num_blocks = len(reqs) * math.ceil(max(seq_lens) / BLOCK_SIZE) + 4
+    kv_cache = make_int8_cache(num_blocks, NUM_KV_HEADS, HEAD_SIZE)
+    block_table, keys, values = write_requests(
+        impl, kv_cache, seq_lens, NUM_KV_HEADS, HEAD_SIZE, torch.bfloat16
+    )
+    num_tokens = sum(query_lens)
+    qsl_cpu = torch.tensor([0] + query_lens).cumsum(0).to(torch.int32)
+    seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int32)
+    meta = builder.build(
+        0,
+        CommonAttentionMetadata(
+            query_start_loc=qsl_cpu.to(DEVICE),
+            query_start_loc_cpu=qsl_cpu,
+            seq_lens=seq_lens_cpu.to(DEVICE),
+            seq_lens_cpu_upper_bound=seq_lens_cpu,
+            num_reqs=len(reqs),
+            num_actual_tokens=num_tokens,
+            max_query_len=max(query_lens),
+            max_seq_len=max(seq_lens),
+            block_table_tensor=block_table,
+            slot_mapping=torch.zeros(num_tokens, dtype=torch.int64, device=DEVICE),
+            causal=case != "non_causal",
+        ),
+    )
+    if case == "non_causal":
+        assert meta.decode is None and meta.prefill is None
+    query = torch.randn(num_tokens, NUM_HEADS, HEAD_SIZE, dtype=torch.bfloat16)
+    key = torch.cat([k[c:] for k, (c, _) in zip(keys, reqs)])
+    value = torch.cat([v[c:] for v, (c, _) in zip(values, reqs)])
+    output = torch.full_like(query.to(DEVICE), float("nan"))
+    impl.forward(None, query.to(DEVICE), key, value, kv_cache, meta, output)
+    assert kernel_calls == {"unified": 1}
+    assert torch.isfinite(output).all()

@@ -21,7 +21,6 @@ partial-output buffer is bounded too: the memory of this path does not depend
 on the context length or the chunk size.
 """
 
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,18 +39,6 @@ DEFAULT_QUERY_TILE_TOKENS = 2 * 1024
 # Requests with at most this many query tokens (decode, spec-decode verify)
 # go to the decode path; longer ones to the sectioned prefill path.
 INT8_PTH_DECODE_QUERY_LEN = 16
-
-# Which attention path each per-token-head INT8 forward part took, so that a
-# silent fallback to the slow path is visible (eager executions only; CUDA
-# graph replays do not run Python).
-INT8_PTH_ATTN_PATH_COUNTS: Counter[str] = Counter()
-
-
-def record_attn_path(path: str) -> None:
-    """Count one use of an attention path and log its first use."""
-    INT8_PTH_ATTN_PATH_COUNTS[path] += 1
-    logger.debug_once("INT8 per-token-head KV cache attention path: %s", path)
-
 
 # (q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
 #  causal, softmax_scale) -> lse [num_heads, num_q_tokens] (float32).
@@ -257,7 +244,12 @@ def _dequant_int8_pth_half(
     tl.store(out_ptr + out_off, x.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+# The request row and section bounds change with every request; Triton's
+# integer specialisation (== 1, divisible by 16) would compile new variants
+# for them while serving.
+@triton.jit(
+    do_not_specialize=["block_table_row", "section_start", "section_len"],
+)
 def _dequant_int8_pth_section_kernel(
     key_cache_ptr,  # int8 [num_blocks, block_size, num_kv_heads, HEAD_SIZE]
     value_cache_ptr,  # int8, same logical shape (any strides)

@@ -181,8 +181,8 @@ def int8_split_kv_layer_supported(
 
     Plain causal attention qualifies; sliding window, ALiBi, soft-capping,
     sinks and chunked attention keep the unified kernel.  Fixed per layer,
-    so callers decide it once; :func:`int8_split_kv_step_supported` covers
-    what changes from step to step.
+    so callers decide it once.  Each launch must also be causal with at most
+    ``MAX_QUERY_LEN`` query tokens per request in ``SUPPORTED_QUERY_DTYPES``.
     """
     return (
         head_size in SUPPORTED_HEAD_SIZES
@@ -191,31 +191,6 @@ def int8_split_kv_layer_supported(
         and softcap == 0
         and not use_sinks
         and chunk_lookback < 0
-    )
-
-
-def int8_split_kv_step_supported(
-    query_dtype: torch.dtype,
-    max_query_len: int,
-    *,
-    causal: bool | torch.Tensor,
-    use_mm_prefix: bool,
-    use_rswa: bool,
-    use_output_quant: bool,
-) -> bool:
-    """Whether a step of a qualifying layer can run on the split-KV kernel.
-
-    Decode/verify steps (at most ``MAX_QUERY_LEN`` query tokens per request)
-    of causal attention qualify; multimodal prefixes, R-SWA and fused output
-    quantization keep the unified kernel.
-    """
-    return (
-        max_query_len <= MAX_QUERY_LEN
-        and query_dtype in SUPPORTED_QUERY_DTYPES
-        and causal is True
-        and not use_mm_prefix
-        and not use_rswa
-        and not use_output_quant
     )
 
 
@@ -325,7 +300,10 @@ def _load_tile(
     return K, V, k_scale, v_scale
 
 
-@triton.jit
+# Context segments are a runtime argument: a constexpr (or an integer that
+# Triton specialises on) would compile a new variant for each short context or
+# batch size the geometry selector cuts the segment count for.
+@triton.jit(do_not_specialize=["num_segments"])
 def kernel_int8_split_kv_attention(
     out_ptr,  # [num_tokens, num_query_heads, HEAD_SIZE]
     segm_out_ptr,  # [max_partials, num_query_heads, HEAD_SIZE] float32
@@ -340,6 +318,7 @@ def kernel_int8_split_kv_attention(
     seq_lens_ptr,  # [num_seqs] int32
     query_start_loc_ptr,  # [num_seqs + 1] int32
     qk_scale,  # softmax scale * log2(e)
+    num_segments,  # context segments per (request, KV head)
     num_query_heads: tl.constexpr,
     q_stride_0: tl.int64,
     q_stride_1: tl.int64,
@@ -357,7 +336,6 @@ def kernel_int8_split_kv_attention(
     BLOCK_SIZE: tl.constexpr,
     TILE_SIZE: tl.constexpr,
     RUN: tl.constexpr,
-    NUM_SEGMENTS: tl.constexpr,
     WIDEN: tl.constexpr,
     P_LOG2_SCALE: tl.constexpr,  # P and l_i carry a factor 2**P_LOG2_SCALE
     RESCALE_THRESHOLD: tl.constexpr,
@@ -405,7 +383,7 @@ def kernel_int8_split_kv_attention(
 
     # This segment's range of KV tiles; trailing segments may be empty.
     num_tiles = tl.cdiv(seq_len, TILE_SIZE)
-    tiles_per_segment = tl.cdiv(num_tiles, NUM_SEGMENTS)
+    tiles_per_segment = tl.cdiv(num_tiles, num_segments)
     tile_lo = segm_idx * tiles_per_segment
     tile_hi = tl.minimum(tile_lo + tiles_per_segment, num_tiles)
     # Tiles below full_hi are seen whole by every query row.
@@ -481,7 +459,7 @@ def kernel_int8_split_kv_attention(
 
     # Back to absolute units.
     acc = acc * v_ref
-    if NUM_SEGMENTS == 1:
+    if num_segments == 1:
         inv_l = tl.where(l_i > 0.0, 1.0 / l_i, 0.0)
         tl.store(
             out_ptr
@@ -493,7 +471,7 @@ def kernel_int8_split_kv_attention(
         )
     else:
         # Unnormalised partials; empty segments store (-inf, 0, 0).
-        partial = (token_idx * NUM_SEGMENTS + segm_idx) * num_query_heads + q_head
+        partial = (token_idx * num_segments + segm_idx) * num_query_heads + q_head
         tl.store(
             segm_out_ptr + partial[:, None] * HEAD_SIZE + offs_d[None, :],
             acc,
@@ -503,7 +481,7 @@ def kernel_int8_split_kv_attention(
         tl.store(segm_expsum_ptr + partial, l_i, mask=row_mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_seqs", "num_segments"])
 def kernel_int8_split_kv_reduce(
     out_ptr,  # [num_tokens, num_query_heads, HEAD_SIZE]
     segm_out_ptr,  # [max_partials, num_query_heads, HEAD_SIZE] float32
@@ -511,11 +489,12 @@ def kernel_int8_split_kv_reduce(
     segm_expsum_ptr,  # [max_partials, num_query_heads] float32
     query_start_loc_ptr,  # [num_seqs + 1] int32
     num_seqs,
+    num_segments,
     num_query_heads: tl.constexpr,
     out_stride_0: tl.int64,
     out_stride_1: tl.int64,
     HEAD_SIZE: tl.constexpr,
-    NUM_SEGMENTS: tl.constexpr,
+    SEGMENT_CHUNK: tl.constexpr,
 ):
     token_idx = tl.program_id(0)
     head_idx = tl.program_id(1)
@@ -523,19 +502,32 @@ def kernel_int8_split_kv_reduce(
     if token_idx >= tl.load(query_start_loc_ptr + num_seqs):
         return
 
-    offs_s = tl.arange(0, NUM_SEGMENTS)
     offs_d = tl.arange(0, HEAD_SIZE)
-    partial = (token_idx.to(tl.int64) * NUM_SEGMENTS + offs_s) * num_query_heads
-    partial += head_idx
-    segm_max = tl.load(segm_max_ptr + partial)
-    segm_expsum = tl.load(segm_expsum_ptr + partial)
-    overall_max = tl.max(segm_max, axis=0)
-    # All segments empty (-inf everywhere): weights become exp2(-inf) = 0.
-    max_ref = tl.where(overall_max == float("-inf"), 0.0, overall_max)
-    weight = tl.exp2(segm_max - max_ref)
-    expsum = tl.sum(segm_expsum * weight, axis=0)
-    segm_out = tl.load(segm_out_ptr + partial[:, None] * HEAD_SIZE + offs_d[None, :])
-    acc = tl.sum(segm_out * weight[:, None], axis=0)
+    first = token_idx.to(tl.int64) * num_segments
+    # Online log-sum-exp over chunks of segments: registers stay bounded for
+    # any segment count.  Empty segments hold (-inf, 0, 0).
+    m = tl.full([], float("-inf"), tl.float32)
+    expsum = tl.zeros([], tl.float32)
+    acc = tl.zeros([HEAD_SIZE], tl.float32)
+    for s0 in range(0, num_segments, SEGMENT_CHUNK):
+        offs_s = s0 + tl.arange(0, SEGMENT_CHUNK)
+        seg_mask = offs_s < num_segments
+        partial = (first + offs_s) * num_query_heads + head_idx
+        segm_max = tl.load(segm_max_ptr + partial, mask=seg_mask, other=float("-inf"))
+        segm_expsum = tl.load(segm_expsum_ptr + partial, mask=seg_mask, other=0.0)
+        m_new = tl.maximum(m, tl.max(segm_max, axis=0))
+        # All segments so far empty: use 0 so exp2(-inf - 0) = 0, not NaN.
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m - m_ref)
+        weight = tl.exp2(segm_max - m_ref)
+        segm_out = tl.load(
+            segm_out_ptr + partial[:, None] * HEAD_SIZE + offs_d[None, :],
+            mask=seg_mask[:, None],
+            other=0.0,
+        )
+        expsum = expsum * alpha + tl.sum(segm_expsum * weight, axis=0)
+        acc = acc * alpha + tl.sum(segm_out * weight[:, None], axis=0)
+        m = m_new
     acc = tl.where(expsum > 0.0, acc / expsum, 0.0)
     tl.store(
         out_ptr + token_idx * out_stride_0 + head_idx * out_stride_1 + offs_d,
@@ -719,6 +711,7 @@ def int8_split_kv_attention(
         seqused_k,
         cu_seqlens_q,
         softmax_scale * 1.4426950408889634,  # log2(e): the kernel uses exp2
+        num_segments,
         num_query_heads=num_query_heads,
         q_stride_0=q.stride(0),
         q_stride_1=q.stride(1),
@@ -736,7 +729,6 @@ def int8_split_kv_attention(
         BLOCK_SIZE=block_size,
         TILE_SIZE=tile_size,
         RUN=run,
-        NUM_SEGMENTS=num_segments,
         WIDEN=2 if _PTX_WIDEN else 1,
         P_LOG2_SCALE=P_LOG2_SCALE,
         RESCALE_THRESHOLD=RESCALE_THRESHOLD,
@@ -751,9 +743,10 @@ def int8_split_kv_attention(
             segm_expsum,
             cu_seqlens_q,
             num_seqs,
+            num_segments,
             num_query_heads=num_query_heads,
             out_stride_0=out.stride(0),
             out_stride_1=out.stride(1),
             HEAD_SIZE=head_size,
-            NUM_SEGMENTS=num_segments,
+            SEGMENT_CHUNK=16,
         )
