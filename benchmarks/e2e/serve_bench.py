@@ -9,8 +9,11 @@ times), for contexts of 8K/32K/64K/128K tokens, without and with DFlash:
 - decode tokens/s and inter-token latency (ITL; with DFlash a step delivers
   several tokens, so ITL is step time divided by tokens delivered);
 
-and the concurrency case: request A (64K prompt) is decoding when request B
-(32K prompt) arrives; A's inter-token latency while B prefills and B's TTFT.
+the concurrency case: request A (64K prompt) is decoding when request B
+(32K prompt) arrives; A's inter-token latency while B prefills and B's TTFT
+(the engine's first mixed steps: compiles left to first use show here);
+and a batch of ``--batch`` requests decoding together (``--batch-context``
+tokens each): aggregate decode tokens/s and per-request ITL.
 ``vllm bench latency`` cannot express that arrival pattern, hence AsyncLLM.
 
 One invocation measures one configuration, named by ``--label``.  The
@@ -94,6 +97,7 @@ def _decode_stats(rec: dict) -> dict:
         "decode_tok_s": tokens_after_first / span if span > 0 else None,
         "itl_mean_ms": 1e3 * statistics.fmean(itl) if itl else None,
         "itl_p50_ms": 1e3 * statistics.median(itl) if itl else None,
+        "itl_p99_ms": 1e3 * sorted(itl)[int(0.99 * (len(itl) - 1))] if itl else None,
         "tokens": sum(n for _, n in arr),
     }
 
@@ -102,11 +106,15 @@ async def _measure(cfg: dict) -> dict:
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_kwargs(cfg)))
+    # The engine core runs in its own process: vLLM's JIT monitor logs every
+    # kernel compile after warm-up there ("... JIT compilation during
+    # inference"); step_profile.py records them in its results instead.
+    kwargs = dict(engine_kwargs(cfg), jit_monitor_verbose=True)
+    engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
     vocab = model_vocab_size(cfg["model"])
     result: dict = {"single": {}, "concurrent": None}
     try:
-        # Warm-up: compile and autotune outside the timed requests.
+        # A first short request, as a user's would be (not timed).
         warm = make_prompts([1024], vocab, seed=99)[0]
         await _stream(engine, warm, 8, "warmup")
         for ctx in cfg["contexts"]:
@@ -147,6 +155,28 @@ async def _measure(cfg: dict) -> dict:
                 "a_decode": _decode_stats(rec_a),
             }
             log(f"{cfg['name']} concurrent: {result['concurrent']}")
+        if cfg.get("batch"):
+            n, ctx = cfg["batch"], cfg["batch_context"]
+            prompts = make_prompts([ctx] * n, vocab, seed=11)
+            recs = await asyncio.gather(
+                *(
+                    _stream(engine, p, cfg["decode_tokens"], f"batch-{i}")
+                    for i, p in enumerate(prompts)
+                )
+            )
+            # Decode phase: from the last request's first token to the end.
+            start = max(r["arrivals"][0][0] for r in recs)
+            end = max(r["arrivals"][-1][0] for r in recs)
+            tokens = sum(n for r in recs for t, n in r["arrivals"] if t > start)
+            itl = [x for r in recs for x in _itl(r["arrivals"])]
+            result["batch"] = {
+                "requests": n,
+                "context": ctx,
+                "decode_tok_s": tokens / (end - start) if end > start else None,
+                "itl_p50_ms": 1e3 * statistics.median(itl),
+                "itl_p99_ms": 1e3 * sorted(itl)[int(0.99 * (len(itl) - 1))],
+            }
+            log(f"{cfg['name']} batch: {result['batch']}")
     finally:
         engine.shutdown()
     return result
@@ -170,12 +200,14 @@ def run(args: argparse.Namespace) -> dict:
         "contexts": args.contexts,
         "decode_tokens": args.decode_tokens,
         "max_model_len": max(args.contexts) + args.decode_tokens + 1024,
-        "max_num_seqs": 4,
+        "max_num_seqs": max(4, args.batch),
         "enforce_eager": args.enforce_eager,
         "num_spec_tokens": args.num_spec_tokens,
         **engine_settings(args),
         "concurrent": [65536, 32768],
         "concurrent_a_tokens": args.concurrent_a_tokens,
+        "batch": args.batch,
+        "batch_context": args.batch_context,
     }
     report = {"label": args.label, "kv": args.kv, "runs": {}}
     for spec in args.spec:
@@ -192,18 +224,45 @@ def compare(paths: list[str], out_dir: str) -> None:
     for path in paths:
         with open(path) as f:
             reports.append(json.load(f))
-    rows = []
+    rows, extra = [], []
     for rep in reports:
         for spec, r in rep["runs"].items():
             for ctx, s in r["single"].items():
                 rows.append({"label": rep["label"], "spec": spec, "ctx": int(ctx), **s})
-    print(f"{'label':<16}{'spec':<8}{'ctx':>8}{'TTFT s':>9}{'tok/s':>9}{'ITL ms':>9}")
+            extra.append(
+                {
+                    "label": rep["label"],
+                    "spec": spec,
+                    "concurrent": r.get("concurrent"),
+                    "batch": r.get("batch"),
+                }
+            )
+    print(
+        f"{'label':<16}{'spec':<8}{'ctx':>8}{'TTFT s':>9}{'tok/s':>9}"
+        f"{'ITL p50':>9}{'ITL p99':>9}"
+    )
     for r in sorted(rows, key=lambda r: (r["spec"], r["ctx"], r["label"])):
         print(
             f"{r['label']:<16}{r['spec']:<8}{r['ctx']:>8}{r['ttft_s']:>9.3f}"
-            f"{r['decode_tok_s'] or 0:>9.1f}{r['itl_mean_ms'] or 0:>9.2f}"
+            f"{r['decode_tok_s'] or 0:>9.1f}{r['itl_p50_ms'] or 0:>9.2f}"
+            f"{r.get('itl_p99_ms') or 0:>9.2f}"
         )
-    save_json(os.path.join(out_dir, "serve_compare.json"), {"rows": rows})
+    print(
+        f"\n{'label':<16}{'spec':<8}{'B TTFT s':>9}{'A ITL mean/max ms':>19}"
+        f"{'batch tok/s':>12}{'batch ITL p50/p99':>19}"
+    )
+    for e in extra:
+        c, b = e["concurrent"] or {}, e["batch"] or {}
+        print(
+            f"{e['label']:<16}{e['spec']:<8}{c.get('b_ttft_s', 0):>9.3f}"
+            f"{c.get('a_itl_during_b_prefill_mean_ms', 0):>10.1f}/"
+            f"{c.get('a_itl_during_b_prefill_max_ms', 0):<8.1f}"
+            f"{b.get('decode_tok_s') or 0:>12.1f}"
+            f"{b.get('itl_p50_ms', 0):>10.2f}/{b.get('itl_p99_ms', 0):<8.2f}"
+        )
+    save_json(
+        os.path.join(out_dir, "serve_compare.json"), {"rows": rows, "extra": extra}
+    )
     try:
         import matplotlib
 
@@ -213,19 +272,43 @@ def compare(paths: list[str], out_dir: str) -> None:
         log("matplotlib not installed: no plot")
         return
     specs = sorted({r["spec"] for r in rows})
-    fig, axes = plt.subplots(1, len(specs), figsize=(6 * len(specs), 4), squeeze=False)
-    for ax, spec in zip(axes[0], specs):
-        for label in sorted({r["label"] for r in rows}):
+    labels = sorted({r["label"] for r in rows})
+    fig, axes = plt.subplots(len(specs), 3, figsize=(15, 4 * len(specs)), squeeze=False)
+    for row, spec in zip(axes, specs):
+        for label in labels:
             pts = sorted(
-                (r["ctx"], r["decode_tok_s"] or 0)
+                (r["ctx"], r["itl_p50_ms"] or 0, r["ttft_s"])
                 for r in rows
                 if r["label"] == label and r["spec"] == spec
             )
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=label)
-        ax.set_xscale("log", base=2)
-        ax.set_title(f"decode tokens/s ({spec})")
-        ax.set_xlabel("context tokens")
-        ax.legend()
+            if not pts:
+                continue
+            row[0].plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=label)
+            row[1].plot([p[0] for p in pts], [p[2] for p in pts], "o-", label=label)
+        for ax, title in zip(row[:2], ("decode ITL p50 (ms)", "TTFT (s)")):
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"{title}, {spec}")
+            ax.set_xlabel("context tokens")
+            ax.grid(alpha=0.3)
+            ax.legend()
+        mine = [e for e in extra if e["spec"] == spec and e["concurrent"]]
+        names = [e["label"] for e in mine]
+        x = range(len(mine))
+        row[2].bar(
+            [i - 0.2 for i in x],
+            [e["concurrent"]["b_ttft_s"] for e in mine],
+            0.4,
+            label="B's TTFT (s)",
+        )
+        row[2].bar(
+            [i + 0.2 for i in x],
+            [e["concurrent"]["a_itl_during_b_prefill_max_ms"] / 1e3 for e in mine],
+            0.4,
+            label="A's max ITL during B (s)",
+        )
+        row[2].set_xticks(list(x), names)
+        row[2].set_title(f"B (32K) arrives while A (64K) decodes, {spec}")
+        row[2].legend()
     fig.tight_layout()
     path = os.path.join(out_dir, "serve_compare.png")
     fig.savefig(path, dpi=120)
@@ -248,6 +331,8 @@ def parser() -> argparse.ArgumentParser:
         "--spec", nargs="+", default=["none", "dflash"], choices=["none", "dflash"]
     )
     p.add_argument("--num-spec-tokens", type=int, default=5)
+    p.add_argument("--batch", type=int, default=8, help="concurrent decodes (0: skip)")
+    p.add_argument("--batch-context", type=int, default=32768)
     p.add_argument("--enforce-eager", action="store_true")
     p.add_argument("--compare", nargs="+", help="serve_<label>.json files to compare")
     return p

@@ -53,7 +53,7 @@ KERNEL_GROUPS = (
 )
 
 
-class _JitLog:
+class JitLog:
     """Records Triton JIT compiles after ``start()`` (chains vLLM's hook)."""
 
     def __init__(self) -> None:
@@ -139,7 +139,7 @@ def worker(cfg: dict) -> dict:
     from vllm.engine.arg_utils import EngineArgs
     from vllm.v1.engine.llm_engine import LLMEngine
 
-    jit = _JitLog()
+    jit = JitLog()
     kwargs = engine_kwargs(cfg)
     t_start = time.perf_counter()
     engine = LLMEngine.from_engine_args(EngineArgs(**kwargs))

@@ -244,11 +244,17 @@ def _dequant_int8_pth_half(
     tl.store(out_ptr + out_off, x.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-# The request row and section bounds change with every request; Triton's
-# integer specialisation (== 1, divisible by 16) would compile new variants
-# for them while serving.
+# The request row and section bounds change with every request, and the
+# block-table width with the engine's configuration; Triton's integer
+# specialisation (== 1, divisible by 16) would compile new variants for them
+# while serving.
 @triton.jit(
-    do_not_specialize=["block_table_row", "section_start", "section_len"],
+    do_not_specialize=[
+        "block_table_row",
+        "section_start",
+        "section_len",
+        "stride_bt_row",
+    ],
 )
 def _dequant_int8_pth_section_kernel(
     key_cache_ptr,  # int8 [num_blocks, block_size, num_kv_heads, HEAD_SIZE]

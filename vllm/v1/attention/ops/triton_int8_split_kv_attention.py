@@ -300,10 +300,11 @@ def _load_tile(
     return K, V, k_scale, v_scale
 
 
-# Context segments are a runtime argument: a constexpr (or an integer that
-# Triton specialises on) would compile a new variant for each short context or
-# batch size the geometry selector cuts the segment count for.
-@triton.jit(do_not_specialize=["num_segments"])
+# Context segments and the block-table row stride are runtime arguments: a
+# constexpr (or an integer that Triton specialises on) would compile a new
+# variant for each short context or batch size the geometry selector cuts the
+# segment count for, and for each block-table width.
+@triton.jit(do_not_specialize=["num_segments", "block_table_stride"])
 def kernel_int8_split_kv_attention(
     out_ptr,  # [num_tokens, num_query_heads, HEAD_SIZE]
     segm_out_ptr,  # [max_partials, num_query_heads, HEAD_SIZE] float32
@@ -494,7 +495,8 @@ def kernel_int8_split_kv_reduce(
     out_stride_0: tl.int64,
     out_stride_1: tl.int64,
     HEAD_SIZE: tl.constexpr,
-    SEGMENT_CHUNK: tl.constexpr,
+    HEAD_BLOCK: tl.constexpr,  # channels per program
+    SEGMENT_CHUNK: tl.constexpr,  # segments per loop iteration
 ):
     token_idx = tl.program_id(0)
     head_idx = tl.program_id(1)
@@ -502,32 +504,37 @@ def kernel_int8_split_kv_reduce(
     if token_idx >= tl.load(query_start_loc_ptr + num_seqs):
         return
 
-    offs_d = tl.arange(0, HEAD_SIZE)
+    offs_d = tl.program_id(2) * HEAD_BLOCK + tl.arange(0, HEAD_BLOCK)
     first = token_idx.to(tl.int64) * num_segments
-    # Online log-sum-exp over chunks of segments: registers stay bounded for
-    # any segment count.  Empty segments hold (-inf, 0, 0).
-    m = tl.full([], float("-inf"), tl.float32)
+    # Two passes over the segments in chunks, so registers stay bounded for
+    # any segment count: the overall maximum, then the weighted sums (whose
+    # loads do not wait on each other).  Empty segments hold (-inf, 0, 0).
+    overall_max = tl.full([], float("-inf"), tl.float32)
+    for s0 in range(0, num_segments, SEGMENT_CHUNK):
+        offs_s = s0 + tl.arange(0, SEGMENT_CHUNK)
+        partial = (first + offs_s) * num_query_heads + head_idx
+        segm_max = tl.load(
+            segm_max_ptr + partial, mask=offs_s < num_segments, other=float("-inf")
+        )
+        overall_max = tl.maximum(overall_max, tl.max(segm_max, axis=0))
+    # All segments empty: use 0 so that exp2(-inf - 0) = 0, not NaN.
+    max_ref = tl.where(overall_max == float("-inf"), 0.0, overall_max)
     expsum = tl.zeros([], tl.float32)
-    acc = tl.zeros([HEAD_SIZE], tl.float32)
+    acc = tl.zeros([HEAD_BLOCK], tl.float32)
     for s0 in range(0, num_segments, SEGMENT_CHUNK):
         offs_s = s0 + tl.arange(0, SEGMENT_CHUNK)
         seg_mask = offs_s < num_segments
         partial = (first + offs_s) * num_query_heads + head_idx
         segm_max = tl.load(segm_max_ptr + partial, mask=seg_mask, other=float("-inf"))
         segm_expsum = tl.load(segm_expsum_ptr + partial, mask=seg_mask, other=0.0)
-        m_new = tl.maximum(m, tl.max(segm_max, axis=0))
-        # All segments so far empty: use 0 so exp2(-inf - 0) = 0, not NaN.
-        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m - m_ref)
-        weight = tl.exp2(segm_max - m_ref)
+        weight = tl.exp2(segm_max - max_ref)
         segm_out = tl.load(
             segm_out_ptr + partial[:, None] * HEAD_SIZE + offs_d[None, :],
             mask=seg_mask[:, None],
             other=0.0,
         )
-        expsum = expsum * alpha + tl.sum(segm_expsum * weight, axis=0)
-        acc = acc * alpha + tl.sum(segm_out * weight[:, None], axis=0)
-        m = m_new
+        expsum += tl.sum(segm_expsum * weight, axis=0)
+        acc += tl.sum(segm_out * weight[:, None], axis=0)
     acc = tl.where(expsum > 0.0, acc / expsum, 0.0)
     tl.store(
         out_ptr + token_idx * out_stride_0 + head_idx * out_stride_1 + offs_d,
@@ -736,7 +743,10 @@ def int8_split_kv_attention(
         num_stages=geometry.num_stages,
     )
     if num_segments > 1:
-        kernel_int8_split_kv_reduce[(num_tokens, num_query_heads)](
+        head_block = min(64, head_size)
+        kernel_int8_split_kv_reduce[
+            (num_tokens, num_query_heads, head_size // head_block)
+        ](
             out,
             segm_output,
             segm_max,
@@ -748,5 +758,6 @@ def int8_split_kv_attention(
             out_stride_0=out.stride(0),
             out_stride_1=out.stride(1),
             HEAD_SIZE=head_size,
-            SEGMENT_CHUNK=16,
+            HEAD_BLOCK=head_block,
+            SEGMENT_CHUNK=32,
         )
