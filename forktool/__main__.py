@@ -177,8 +177,18 @@ def cmd_test(args) -> int:
             text=True,
         )
         if probe.stdout.strip() != "True":
-            print("forktool test --gpu: skipped: no CUDA device on this machine")
-            return 0
+            why = (probe.stdout + probe.stderr).strip().splitlines()
+            why = why[-1] if why else f"exit code {probe.returncode}"
+            if args.allow_no_gpu:
+                print(f"forktool test --gpu: skipped (--allow-no-gpu): no CUDA ({why})")
+                return 0
+            print(
+                "forktool test --gpu: error: torch.cuda.is_available() is not True "
+                f"({why}); a GPU runner with broken CUDA must not pass. Pass "
+                "--allow-no-gpu (make test-gpu ALLOW_NO_GPU=1) to skip on purpose.",
+                file=sys.stderr,
+            )
+            return 2
     else:
         # Triton kernels run on the CPU interpreter; an empty
         # CUDA_VISIBLE_DEVICES keeps vLLM's triton_utils from disabling Triton.
@@ -235,6 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     test = sub.add_parser("test")
     test.add_argument(
         "--gpu", action="store_true", help="run forktool/gpu_suite.txt instead"
+    )
+    test.add_argument(
+        "--allow-no-gpu",
+        action="store_true",
+        help="with --gpu: skip (exit 0) instead of failing when CUDA is unusable",
     )
     test.add_argument("pytest_args", nargs="*", help="extra pytest arguments")
     exp = sub.add_parser("export")

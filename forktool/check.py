@@ -4,6 +4,8 @@ pre-commit scripts upstream runs on every PR)."""
 
 from __future__ import annotations
 
+import fnmatch
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +22,46 @@ UPSTREAM_HOOKS = (
     "tools/pre_commit/check_torch_cuda.py",
     "tools/pre_commit/check_forbidden_imports.py",
 )
+
+
+# Fork-only material (measurement results, plots): only a commit whose
+# Upstream-Status is "Fork-only <reason>" may add a file matching these; an
+# upstream PR carries its figures in its text.  One glob per line.
+FORK_ONLY_PATTERNS_FILE = Path(__file__).with_name("fork_only.txt")
+_DIFF_FILE_RE = re.compile(r"^diff --git a/(\S+) b/", re.MULTILINE)
+
+
+def fork_only_patterns(path: Path = FORK_ONLY_PATTERNS_FILE) -> list[str]:
+    lines = (ln.split("#", 1)[0].strip() for ln in path.read_text().splitlines())
+    return [ln for ln in lines if ln]
+
+
+def check_file_ownership(
+    series: Series, patterns: list[str] | None = None
+) -> list[str]:
+    """A file the series adds belongs to the commit that adds it: no later
+    commit may change it, and fork-only material stays out of the commits
+    meant for upstream."""
+    patterns = fork_only_patterns() if patterns is None else patterns
+    problems = []
+    owners: dict[str, str] = {}
+    for patch in series.patches:
+        for path in _DIFF_FILE_RE.findall(patch.diff):
+            if path in owners:
+                problems.append(
+                    f"{path}: added by {owners[path]} and changed again by "
+                    f"{patch.name}; fold the change into {owners[path]}"
+                )
+        fork_only = patch.headers["Upstream-Status"].startswith("Fork-only")
+        for path in patch.added_files:
+            owners[path] = patch.name
+            if not fork_only and any(fnmatch.fnmatch(path, p) for p in patterns):
+                problems.append(
+                    f"{path}: fork-only material (forktool/fork_only.txt) added "
+                    f"by {patch.name}, a commit meant for upstream; keep it in "
+                    "results/ or in a Fork-only commit"
+                )
+    return problems
 
 
 def _ruff() -> list[str]:
@@ -123,6 +165,7 @@ def run_check(
     tracked = [f for f in listed if (root / f).is_file()]
     for f in unclaimed_files(root, tracked, series):
         problems.append(f"{f}: under an upstream folder but no commit adds it")
+    problems += check_file_ownership(series)
     problems += check_commits(series, tree, tag)
     problems += check_lint(tree, tag, hooks)
     if not table_is_current(root, series):

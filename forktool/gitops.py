@@ -137,6 +137,21 @@ def _apply(repo: Path, patch: Patch) -> None:
     if res.returncode == 0:
         return
     err = res.stderr.strip()
+    corrupt = re.search(r"corrupt patch at line (\d+)", err)
+    if corrupt:
+        # git counts lines of the diff part and may point past its end; name
+        # the hunk it was reading, by its line in the patch file.
+        diff_lines = patch.diff.splitlines()
+        upto = diff_lines[: int(corrupt.group(1))]
+        offset = patch.render().splitlines().index(diff_lines[0])
+        hunk = max((i for i, ln in enumerate(upto) if ln.startswith("@@")), default=0)
+        files = [ln.split(" b/", 1)[1] for ln in upto if ln.startswith("diff --git ")]
+        raise ForkError(
+            f"patch {patch.name} is corrupt in the hunk at line "
+            f"{hunk + offset + 1} of patches/{patch.name} "
+            f"({files[-1] if files else 'first file'}): its header's line counts "
+            f"do not match its lines, or a line lost its leading space\n{err}"
+        )
     m = re.search(r"patch failed: (.+?):(\d+)", err)
     if m:
         path, line = m.group(1), int(m.group(2))
@@ -191,7 +206,10 @@ def materialize(root: Path, pin: Pin, sdist: Path, out: Path) -> str:
     """
     series = read_series(root)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    _remove_stale_partials(out)
+    tmp = Path(
+        tempfile.mkdtemp(prefix=f".{out.name}.partial-{os.getpid()}-", dir=out.parent)
+    )
     try:
         _unpack_sdist(sdist, tmp)
         git(tmp, "init", "-q", "-b", "main")
@@ -228,6 +246,22 @@ def materialize(root: Path, pin: Pin, sdist: Path, out: Path) -> str:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _remove_stale_partials(out: Path) -> None:
+    """Remove temporary trees of materialize runs that were killed (their
+    process is gone); those of a run still going on are left alone."""
+    for partial in out.parent.glob(f".{out.name}.partial-*"):
+        pid = partial.name.removeprefix(f".{out.name}.partial-").split("-", 1)[0]
+        if pid.isdigit():
+            try:
+                os.kill(int(pid), 0)
+                continue  # still running
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def is_current(root: Path, tree: Path) -> bool:

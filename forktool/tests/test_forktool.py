@@ -7,6 +7,7 @@ import csv
 import hashlib
 import io
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -255,3 +256,119 @@ def test_check_runs_ruff_on_touched_python(fork: Path):
     (fork / "tests/test_new.py").write_text("import os\ndef test_new():\n    pass\n")
     problems = _check(fork)
     assert any(p.startswith("ruff check") and "F401" in p for p in problems)
+
+
+def _add_commit(fork: Path, path: str, text: str, status: str = "Pending") -> None:
+    """Materialize, commit ``text`` to ``path`` as a second commit with fork
+    metadata, and save the series."""
+    assert run(fork, "materialize") == 0
+    tree = tree_of(fork)
+    (tree / path).parent.mkdir(parents=True, exist_ok=True)
+    (tree / path).write_text(text)
+    git(tree, "add", path)
+    git(
+        tree,
+        "commit",
+        "-q",
+        "-m",
+        f"[Misc] Second change\n\nWhat, why, effect.\n\nSigned-off-by: {AUTHOR}",
+        env={"GIT_AUTHOR_NAME": "A", "GIT_AUTHOR_EMAIL": "a@example.invalid"},
+    )
+    note = f"Upstream-Status: {status}\nWhy: w\nEffect: e\nRemoval: r\n"
+    git(tree, "notes", "--ref", "refs/notes/fork", "add", "-f", "-m", note, "HEAD")
+    assert run(fork, "save") == 0
+
+
+def test_check_flags_later_commit_changing_an_added_file(fork: Path):
+    from forktool.check import check_file_ownership
+    from forktool.series import read_series
+
+    _add_commit(fork, "tests/test_new.py", "def test_new():\n    assert True\n")
+    problems = check_file_ownership(read_series(fork))
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("tests/test_new.py: added by 0001-")
+    assert "changed again by 0002-" in problems[0]
+
+
+@pytest.mark.parametrize("status", ["Pending", "Fork-only test results"])
+def test_check_flags_fork_only_file_in_an_upstream_commit(fork: Path, status):
+    from forktool.check import check_file_ownership
+    from forktool.series import read_series
+
+    _add_commit(fork, "benchmarks/results/run_nvidia_h200.json", "{}\n", status)
+    problems = check_file_ownership(read_series(fork))
+    if status == "Pending":
+        assert len(problems) == 1, problems
+        assert "benchmarks/results/run_nvidia_h200.json: fork-only" in problems[0]
+        assert "0002-" in problems[0]
+    else:
+        assert problems == []
+
+
+def test_real_series_file_ownership():
+    """The series of this repository passes both ownership rules."""
+    from forktool.check import check_file_ownership
+    from forktool.series import read_series
+
+    assert check_file_ownership(read_series(Path(__file__).resolve().parents[2])) == []
+
+
+def test_gpu_suite_fails_without_cuda_unless_allowed(monkeypatch, capsys):
+    """`make test-gpu` on a machine whose CUDA is unusable fails with the
+    reason; skipping is an explicit opt-in (--allow-no-gpu)."""
+    import forktool.__main__ as cli
+
+    real_run = subprocess.run
+
+    def fake_run(cmd, *a, **kw):
+        if cmd[:2] == [sys.executable, "-c"] and "cuda.is_available" in cmd[2]:
+            return subprocess.CompletedProcess(cmd, 0, "False\n", "")
+        if cmd[:3] == [sys.executable, "-m", "pytest"]:
+            raise AssertionError("the GPU suite must not start without CUDA")
+        return real_run(cmd, *a, **kw)
+
+    monkeypatch.setattr(cli.subprocess, "run", fake_run)
+    monkeypatch.setattr(cli, "fork_version", lambda pin, tree: "1")
+    monkeypatch.setattr(cli.importlib.metadata, "version", lambda name: "1")
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setattr(cli, "_ensure_tree", lambda args, pin: root / "build" / "x")
+    monkeypatch.setattr(cli.shutil, "copytree", lambda *a, **kw: None)
+    monkeypatch.setattr(cli.shutil, "copy2", lambda *a, **kw: None)
+    assert cli.main(["test", "--gpu"]) == 2
+    assert "torch.cuda.is_available() is not True" in capsys.readouterr().err
+    assert cli.main(["test", "--gpu", "--allow-no-gpu"]) == 0
+    assert "skipped (--allow-no-gpu)" in capsys.readouterr().out
+
+
+def test_corrupt_hunk_header_names_the_patch_file_line(fork: Path, capsys):
+    patch = fork / "patches/0001-fix.patch"
+    text = patch.read_text()
+    # Claim two more lines in the hunk than it has.
+    m = re.search(r"^@@ -(\d+),(\d+) \+(\d+),(\d+) @@", text, re.MULTILINE)
+    assert m, text
+    a, n, b, k = map(int, m.groups())
+    bad_header = f"@@ -{a},{n + 2} +{b},{k + 2} @@"
+    patch.write_text(text.replace(m.group(0), bad_header))
+    assert run(fork, "materialize") == 2
+    err = capsys.readouterr().err
+    m = re.search(r"in the hunk at line (\d+) of patches/0001-fix.patch", err)
+    assert m, err
+    assert "(vllm/attn.txt)" in err
+    # The named line is the header of the hunk that claims too many lines.
+    lines = patch.read_text().splitlines()
+    assert lines[int(m.group(1)) - 1].startswith(bad_header)
+
+
+def test_materialize_removes_trees_of_killed_runs(fork: Path):
+    out = tree_of(fork)
+    out.parent.mkdir(parents=True)
+    # A run killed with SIGKILL (its process is gone), and one still going on.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    killed = out.parent / f".vllm-fork.partial-{dead.pid}-abc"
+    running = out.parent / f".vllm-fork.partial-{os.getpid()}-def"
+    for d in (killed, running):
+        (d / "vllm").mkdir(parents=True)
+    assert run(fork, "materialize") == 0
+    assert not killed.exists()
+    assert running.exists()

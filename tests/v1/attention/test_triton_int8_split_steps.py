@@ -92,7 +92,7 @@ def test_builder_threshold_and_cudagraph_support():
     for mode in (KVQuantMode.NONE, KVQuantMode.FP8_PER_TENSOR):
         builder, spec, cfg = make_builder(mode)
         assert builder.reorder_batch_threshold is None
-        assert builder.split_int8_prefills is False
+        assert builder.split_int8_steps is False
         assert (
             TritonAttentionMetadataBuilder.get_cudagraph_support(cfg, spec)
             == AttentionCGSupport.ALWAYS
