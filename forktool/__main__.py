@@ -71,8 +71,13 @@ def cmd_export(args) -> int:
     tree = _ensure_tree(args, pin)
     dest = Path(args.dest or args.root / "dist" / "patches" / pin.tag).resolve()
     dest.parent.mkdir(parents=True, exist_ok=True)
-    files = gitops.export(tree, pin.tag, dest)
-    print(f"exported {len(files)} patches to {dest}")
+    series = read_series(args.root)
+    files = gitops.export(tree, pin.tag, dest, series.num_upstream)
+    kept = len(series.patches) - series.num_upstream
+    print(
+        f"exported {len(files)} patches to {dest}"
+        + (f" ({kept} Fork-only commits stay in patches/)" if kept else "")
+    )
     for f in files:
         print(f"  {f.name}")
     return 0

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .errors import ForkError
 from .gitops import git, series_commits
 from .series import SUBJECT_RE, Series, unclaimed_files
 from .table import table_is_current
@@ -44,6 +45,10 @@ def check_file_ownership(
     meant for upstream."""
     patterns = fork_only_patterns() if patterns is None else patterns
     problems = []
+    try:
+        _ = series.num_upstream
+    except ForkError as e:
+        problems.append(str(e))
     owners: dict[str, str] = {}
     for patch in series.patches:
         for path in _DIFF_FILE_RE.findall(patch.diff):
@@ -52,7 +57,7 @@ def check_file_ownership(
                     f"{path}: added by {owners[path]} and changed again by "
                     f"{patch.name}; fold the change into {owners[path]}"
                 )
-        fork_only = patch.headers["Upstream-Status"].startswith("Fork-only")
+        fork_only = patch.fork_only
         for path in patch.added_files:
             owners[path] = patch.name
             if not fork_only and any(fnmatch.fnmatch(path, p) for p in patterns):

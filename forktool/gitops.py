@@ -280,9 +280,13 @@ def series_commits(tree: Path, tag: str) -> list[str]:
     return out
 
 
-def export(tree: Path, tag: str, dest: Path) -> list[Path]:
-    """``git format-patch`` of every series commit into ``dest``."""
-    series_commits(tree, tag)
+def export(tree: Path, tag: str, dest: Path, count: int | None = None) -> list[Path]:
+    """``git format-patch`` of the first ``count`` series commits (all by
+    default) into ``dest``."""
+    commits = series_commits(tree, tag)
+    last = commits[count - 1] if count else "HEAD"
+    if count == 0:
+        raise ForkError("no commit of the series is meant for upstream")
     tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=dest.parent))
     try:
         git(
@@ -294,7 +298,7 @@ def export(tree: Path, tag: str, dest: Path) -> list[Path]:
             "--binary",
             "-o",
             str(tmp),
-            f"{tag}..HEAD",
+            f"{tag}..{last}",
         )
         if dest.exists():
             shutil.rmtree(dest)

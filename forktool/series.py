@@ -86,6 +86,10 @@ class Patch:
             self.added_files,
         )
 
+    @property
+    def fork_only(self) -> bool:
+        return self.headers.get("Upstream-Status", "").startswith("Fork-only")
+
     def render(self) -> str:
         text = render_headers(self.headers, self.added_files)
         text += "\n" + self.body.strip("\n") + "\n"
@@ -169,6 +173,24 @@ class Series:
 
     root: Path
     patches: list[Patch]
+
+    @property
+    def num_upstream(self) -> int:
+        """How many leading commits are meant for upstream: every patch but
+        the Fork-only ones, which must come last (``forktool export`` writes
+        only these, so ``git am`` of the export gives the tree at that
+        commit)."""
+        n = 0
+        while n < len(self.patches) and not self.patches[n].fork_only:
+            n += 1
+        for later in self.patches[n:]:
+            if not later.fork_only:
+                raise ForkError(
+                    f"{later.name} is meant for upstream but comes after the "
+                    f"Fork-only {self.patches[n].name}; move Fork-only commits "
+                    "to the end of the series"
+                )
+        return n
 
     @property
     def added_files(self) -> dict[str, str]:

@@ -372,3 +372,34 @@ def test_materialize_removes_trees_of_killed_runs(fork: Path):
     assert run(fork, "materialize") == 0
     assert not killed.exists()
     assert running.exists()
+
+
+def test_export_leaves_out_trailing_fork_only_commits(fork: Path, tmp_path: Path):
+    _add_commit(
+        fork, "benchmarks/results/run_nvidia_h200.json", "{}\n", "Fork-only results"
+    )
+    assert run(fork, "export") == 0
+    patches = sorted((fork / "dist/patches/v1.2.0").glob("*.patch"))
+    assert [p.name[:5] for p in patches] == ["0001-"]
+    assert "run_nvidia_h200" not in "".join(p.read_text() for p in patches)
+    tree = tree_of(fork)
+    clone = tmp_path / "am"
+    subprocess.run(["git", "clone", "-q", str(tree), str(clone)], check=True)
+    git(clone, "checkout", "-q", "v1.2.0")
+    git(clone, "am", "-q", *map(str, patches))
+    assert (
+        git(clone, "rev-parse", "HEAD^{tree}").stdout
+        == git(tree, "rev-parse", "HEAD~1^{tree}").stdout
+    )
+
+
+def test_check_flags_upstream_commit_after_a_fork_only_one(fork: Path):
+    from forktool.check import check_file_ownership
+    from forktool.series import read_series
+
+    _add_commit(fork, "benchmarks/results/a_nvidia_h200.json", "{}\n", "Fork-only r")
+    _add_commit(fork, "tests/test_other.py", "def test_x():\n    pass\n")
+    problems = check_file_ownership(read_series(fork))
+    assert any(
+        "0003-" in p and "comes after the Fork-only 0002-" in p for p in problems
+    ), problems

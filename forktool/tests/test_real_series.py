@@ -29,8 +29,10 @@ def tree(tmp_path_factory) -> Path:
 
 
 def test_exported_series_git_am_onto_pristine_equals_fork_tree(tree, tmp_path):
-    patches = gitops.export(tree, PIN.tag, tmp_path / "patches")
-    assert len(patches) == len(read_series(ROOT).patches) > 0
+    series = read_series(ROOT)
+    patches = gitops.export(tree, PIN.tag, tmp_path / "patches", series.num_upstream)
+    assert len(patches) == series.num_upstream > 0
+    fork_only = len(series.patches) - series.num_upstream
     pristine = tmp_path / "pristine"
     subprocess.run(
         ["git", "clone", "-q", "--branch", PIN.tag, str(tree), str(pristine)],
@@ -39,8 +41,14 @@ def test_exported_series_git_am_onto_pristine_equals_fork_tree(tree, tmp_path):
     gitops.git(pristine, "am", "-q", *map(str, patches))
     assert (
         gitops.git(pristine, "rev-parse", "HEAD^{tree}").stdout
-        == gitops.git(tree, "rev-parse", "HEAD^{tree}").stdout
+        == gitops.git(tree, "rev-parse", f"HEAD~{fork_only}^{{tree}}").stdout
     )
+    # No exported patch adds fork-only material or touches what only the
+    # Fork-only commits carry.
+    exported = "".join(p.read_text() for p in patches)
+    for p in series.patches[series.num_upstream :]:
+        for f in p.added_files:
+            assert f"b/{f}\n" not in exported, f
 
 
 def test_series_is_canonical(tree):
