@@ -2,16 +2,14 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """Attention layers whose page must be padded to a much larger page (a DFlash
 drafter beside an INT8 hybrid model) fill the padded page with their blocks,
-and the worker's strided view reads them back at the right addresses."""
-
-from dataclasses import replace
+and the Triton backend's views read them back at the right addresses."""
 
 import pytest
 import torch
 
 from tests.v1.core.test_kv_cache_group_planning import offline_vllm_config
+from tests.v1.worker.test_padded_kv_page_view import _padded_int8_cache
 from vllm.config import VllmConfig
-from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
 from vllm.v1.core import kv_cache_utils
 from vllm.v1.core.kv_cache_utils import (
     _padded_page_block_ratio,
@@ -26,7 +24,6 @@ from vllm.v1.kv_cache_interface import (
     MambaSpec,
     SlidingWindowSpec,
 )
-from vllm.v1.worker.gpu.attn_utils import _reshape_attention_kv_cache
 
 INT8_PTH = KVQuantMode.INT8_PER_TOKEN_HEAD
 # Qwen3.5-27B with an INT8 per-token-head cache: 4 KV heads x 256, block size
@@ -50,9 +47,6 @@ DRAFTER = SlidingWindowSpec(
     sliding_window=2048,
     indexes_kv_by_block_stride=True,
 )
-# The Triton backend's stride order for its (blocks, heads, slots, 2 * (hs + 4))
-# cache shape in the default NHD layout: (blocks, slots, heads, ...) in memory.
-NHD = (0, 2, 1, 3)
 MAMBA = MambaSpec(
     block_size=1600,
     shapes=((10, 6, 512),),
@@ -141,58 +135,6 @@ def test_padded_page_block_ratio(max_page, page, block, anchor, ratio):
         and (anchor is None or anchor % (block * r) == 0)
     ]
     assert ratio == max(fits, default=1)
-
-
-def _padded_int8_cache(kernel_block_size: int, num_pages: int = 2):
-    spec = replace(DRAFTER, block_size=16 * 50, page_size_padded=TARGET.page_size_bytes)
-    raw = torch.zeros(num_pages * spec.page_size_bytes, dtype=torch.int8)
-    kernel_blocks = num_pages * spec.block_size // kernel_block_size
-    shape = TritonAttentionBackend.get_kv_cache_shape(
-        kernel_blocks,
-        kernel_block_size,
-        spec.num_kv_heads,
-        spec.head_size,
-        cache_dtype_str="int8_per_token_head",
-    )
-    cache = _reshape_attention_kv_cache(raw, spec, shape, NHD, kernel_blocks, None)
-    return spec, raw, cache
-
-
-@pytest.mark.parametrize("kernel_block_size", [16 * 50, 16 * 10, 16])
-def test_padded_view_puts_kernel_blocks_inside_their_page(kernel_block_size):
-    spec, raw, cache = _padded_int8_cache(kernel_block_size)
-    per_page = spec.block_size // kernel_block_size
-    sub_page = spec.page_size_bytes // per_page
-    token_bytes = spec.num_kv_heads * 2 * (spec.head_size + 4)
-    assert cache.shape[2] == kernel_block_size
-
-    def mark(block: int) -> int:
-        return block % 120 + 1  # fits int8, never 0
-
-    # Mark every byte the view can address with its kernel block.
-    for block in range(cache.shape[0]):
-        cache[block].fill_(mark(block))
-    pages = raw.view(-1, spec.page_size_bytes)
-    used_bytes = kernel_block_size * token_bytes
-    for page in range(pages.shape[0]):
-        for j in range(per_page):
-            # Manager page p holds kernel blocks p * r .. p * r + r - 1, each
-            # at the start of its own sub-page; the rest stays untouched.
-            sub = pages[page, j * sub_page : (j + 1) * sub_page]
-            assert (sub[:used_bytes] == mark(page * per_page + j)).all()
-            assert (sub[used_bytes:] == 0).all()
-
-
-def test_padded_view_refuses_uneven_kernel_split():
-    spec = replace(DRAFTER, block_size=16 * 50, page_size_padded=TARGET.page_size_bytes)
-    raw = torch.zeros(2 * spec.page_size_bytes, dtype=torch.int8)
-    # Three kernel blocks per page: 3,328,000 bytes have no uniform stride.
-    kernel_blocks = 2 * 3
-    shape = TritonAttentionBackend.get_kv_cache_shape(
-        kernel_blocks, 16, spec.num_kv_heads, spec.head_size, "int8_per_token_head"
-    )
-    with pytest.raises(ValueError, match="uniform stride"):
-        _reshape_attention_kv_cache(raw, spec, shape, NHD, kernel_blocks, None)
 
 
 def test_triton_scale_views_follow_the_padded_sub_pages():
