@@ -88,8 +88,9 @@ def test_scale_view_setup_leaves_shared_state_intact(layout: str):
     assert torch.equal(state.view(torch.int32), before.view(torch.int32)), (
         "setting up the scale views changed bytes of the shared KV storage"
     )
-    # The views do alias the state: writing through them (what vLLM 0.26.0
-    # did with fill_(1.0)) corrupts it, so the check above is not vacuous.
+    # The views do alias the state: writing through them (what the fill_(1.0)
+    # this test guards against did) corrupts it, so the check above is not
+    # vacuous.
     for view in (impl._k_scale_cache, impl._v_scale_cache):
         assert view.shape == (NUM_BLOCKS, BLOCK_SIZE, NUM_KV_HEADS)
         assert view.untyped_storage().data_ptr() == raw.untyped_storage().data_ptr()

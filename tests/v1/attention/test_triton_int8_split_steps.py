@@ -186,7 +186,8 @@ def test_builder_reserves_prefill_workspace(workspace_manager):
     """vLLM locks its workspace after CUDA graph capture, and neither the
     profile run nor the capture takes the prefill path: the builder reserves
     the prefill scratch up front, so the first prefill finds it in a locked
-    workspace (vLLM 0.26.0 + this series failed there with CUDA graphs)."""
+    workspace (without the reservation, engines with CUDA graphs failed
+    there)."""
     builder, _, _ = make_builder(KVQuantMode.INT8_PER_TOKEN_HEAD)
     workspace_manager.lock()
     # The request forward makes for every prefill step; raises if the locked
