@@ -179,7 +179,9 @@ def engine_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
     )
     if cfg.get("kv_cache_memory_gib"):
         kwargs["kv_cache_memory_bytes"] = int(cfg["kv_cache_memory_gib"] * 2**30)
-    if cfg.get("drafter"):
+    if cfg.get("speculative_config"):
+        kwargs["speculative_config"] = dict(cfg["speculative_config"])
+    elif cfg.get("drafter"):
         kwargs["speculative_config"] = {
             "method": "dflash",
             "model": cfg["drafter"],
@@ -295,10 +297,13 @@ def drop_scale_views(llm) -> int:
 
 def spec_decode_stats(llm) -> dict[str, float] | None:
     """Draft acceptance from vLLM's own spec-decode metrics."""
-    totals: dict[str, float] = {}
+    totals: dict = {}
     for metric in llm.get_metrics():
         if metric.name.startswith("vllm:spec_decode_num_") and hasattr(metric, "value"):
             totals[metric.name.removeprefix("vllm:spec_decode_")] = float(metric.value)
+        elif metric.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
+            # Steps whose draft token i was accepted, per position i.
+            totals["accepted_per_pos"] = [int(v) for v in metric.values]
     if not totals:
         return None
     drafted = totals.get("num_draft_tokens", 0.0)

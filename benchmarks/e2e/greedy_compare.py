@@ -93,7 +93,9 @@ def worker(cfg: dict) -> dict:
     return {
         "name": cfg["name"],
         "runs": runs,
-        "spec_decode": spec_decode_stats(llm) if cfg.get("drafter") else None,
+        "spec_decode": spec_decode_stats(llm)
+        if cfg.get("drafter") or cfg.get("speculative_config")
+        else None,
         "path_counter": read_path_counter(),
         "provenance": provenance(),
     }

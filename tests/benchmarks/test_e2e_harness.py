@@ -112,3 +112,33 @@ def test_tree_digest_covers_names_and_bytes(tmp_path):
 def test_first_divergence(a, b, expected):
     assert e2e_common.first_divergence(a, b) == expected
     assert e2e_common.first_divergence(b, a) == expected
+
+
+def test_spec_step_classes_from_per_position_counts():
+    import spec_accept
+
+    # 10 verify steps with 4 drafted tokens: 3 accepted all, 4 accepted 1-3,
+    # 3 accepted none.  Position i counts the steps that accepted token i.
+    per_step = [4, 4, 4, 1, 2, 3, 1, 0, 0, 0]
+    per_pos = [sum(a > i for a in per_step) for i in range(4)]
+    stats = {"num_drafts": len(per_step), "accepted_per_pos": per_pos}
+    assert spec_accept.step_classes(stats, 4) == {
+        "full": 3,
+        "partial": 4,
+        "reject": 3,
+    }
+
+
+def test_spec_margin_stats():
+    import spec_accept
+
+    runs = {
+        "single": [
+            {"logprobs": [{"1": -0.1, "2": -2.1}, {"3": -0.05, "4": -0.15}]},
+            {"logprobs": [{"5": -0.5, "6": -1.5}, {"7": -0.01}]},
+        ]
+    }
+    stats = spec_accept.margin_stats(runs)
+    assert stats["steps"] == 3  # a step with one logprob has no margin
+    assert stats["below_tie_fraction"] == pytest.approx(1 / 3)
+    assert stats["p50"] == pytest.approx(1.0)

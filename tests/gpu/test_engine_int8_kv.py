@@ -100,13 +100,42 @@ def test_scale_views_set_up_in_live_request(results_dir, dflash):
     assert report["passed"], report["rows"]
 
 
+def test_ngram_speculation_accepts_and_is_lossless(results_dir):
+    """Prompt-lookup drafts that the target accepts often: acceptance at
+    least 50%, full, partial and rejected verify steps each seen, speculative
+    greedy equal to plain greedy on the same KV dtype except at ties, and on
+    INT8 split-KV verify launches at several query lengths."""
+    import spec_accept
+
+    args = spec_accept.parser().parse_args(
+        ["--results-dir", str(results_dir / "spec_accept")]
+    )
+    report = spec_accept.run(args)
+    failed = {
+        kv: {k: v for k, v in checks.items() if not v}
+        for kv, checks in report["checks"].items()
+    }
+    details = {
+        kv: {k: r[k] for k in ("summary", "step_classes", "spec_decode")}
+        for kv, r in report["runs"].items()
+    }
+    assert report["passed"], (failed, details)
+
+
 def test_help_of_every_script():
     import greedy_compare
     import scale_view_regression
     import serve_bench
+    import spec_accept
     import teacher_forced
 
-    for mod in (greedy_compare, scale_view_regression, serve_bench, teacher_forced):
+    for mod in (
+        greedy_compare,
+        scale_view_regression,
+        serve_bench,
+        spec_accept,
+        teacher_forced,
+    ):
         assert isinstance(mod.parser(), argparse.ArgumentParser)
 
 
