@@ -142,3 +142,33 @@ def test_spec_margin_stats():
     assert stats["steps"] == 3  # a step with one logprob has no margin
     assert stats["below_tie_fraction"] == pytest.approx(1 / 3)
     assert stats["p50"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "greedy_compare.py",
+        "scale_view_regression.py",
+        "serve_bench.py",
+        "spec_accept.py",
+        "step_profile.py",
+        "teacher_forced.py",
+    ],
+)
+def test_every_script_prints_its_help(script):
+    """Each script's command line works without a GPU: --help exits 0 and
+    shows the options every script shares and its own description."""
+    import subprocess
+
+    path = REPO_ROOT / "benchmarks" / "e2e" / script
+    out = subprocess.run(
+        [sys.executable, str(path), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("usage:")
+    assert "--results-dir" in out.stdout and "--model" in out.stdout
+    first_line = path.read_text().split('"""', 2)[1].strip().splitlines()[0]
+    assert " ".join(first_line.split()[:3]) in " ".join(out.stdout.split())

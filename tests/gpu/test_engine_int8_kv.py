@@ -15,7 +15,6 @@ process):
   decode + prefill step compile no INT8 attention kernel.
 """
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -120,23 +119,6 @@ def test_ngram_speculation_accepts_and_is_lossless(results_dir):
         for kv, r in report["runs"].items()
     }
     assert report["passed"], (failed, details)
-
-
-def test_help_of_every_script():
-    import greedy_compare
-    import scale_view_regression
-    import serve_bench
-    import spec_accept
-    import teacher_forced
-
-    for mod in (
-        greedy_compare,
-        scale_view_regression,
-        serve_bench,
-        spec_accept,
-        teacher_forced,
-    ):
-        assert isinstance(mod.parser(), argparse.ArgumentParser)
 
 
 # Triton kernels of vLLM 0.26.0 itself that its own warm-up misses on this
