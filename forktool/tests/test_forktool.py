@@ -58,19 +58,24 @@ def test_materialize_tags_pristine_tree_and_commits_series(fork: Path):
     assert head(tree) == first
 
 
+def _am_onto_tag(tree: Path, patches: list[Path], tmp_path: Path) -> str:
+    """`git am` the patches onto the pristine tag in a clone of ``tree``;
+    return the resulting tree id."""
+    clone = tmp_path / "am"
+    subprocess.run(["git", "clone", "-q", str(tree), str(clone)], check=True)
+    git(clone, "checkout", "-q", "v1.2.0")
+    git(clone, "am", "-q", *map(str, patches))
+    return git(clone, "rev-parse", "HEAD^{tree}").stdout
+
+
 def test_export_applies_with_git_am_and_equals_tree(fork: Path, tmp_path: Path):
     assert run(fork, "export") == 0
     patches = sorted((fork / "dist/patches/v1.2.0").glob("*.patch"))
     assert [p.name[:5] for p in patches] == ["0001-"]
     tree = tree_of(fork)
-    clone = tmp_path / "am"
-    subprocess.run(["git", "clone", "-q", str(tree), str(clone)], check=True)
-    git(clone, "checkout", "-q", "v1.2.0")
-    git(clone, "am", "-q", *map(str, patches))
-    assert (
-        git(clone, "rev-parse", "HEAD^{tree}").stdout
-        == git(tree, "rev-parse", "HEAD^{tree}").stdout
-    )
+    assert _am_onto_tag(tree, patches, tmp_path) == git(
+        tree, "rev-parse", "HEAD^{tree}"
+    ).stdout
 
 
 def test_save_round_trip(fork: Path):
@@ -383,14 +388,9 @@ def test_export_leaves_out_trailing_fork_only_commits(fork: Path, tmp_path: Path
     assert [p.name[:5] for p in patches] == ["0001-"]
     assert "run_nvidia_h200" not in "".join(p.read_text() for p in patches)
     tree = tree_of(fork)
-    clone = tmp_path / "am"
-    subprocess.run(["git", "clone", "-q", str(tree), str(clone)], check=True)
-    git(clone, "checkout", "-q", "v1.2.0")
-    git(clone, "am", "-q", *map(str, patches))
-    assert (
-        git(clone, "rev-parse", "HEAD^{tree}").stdout
-        == git(tree, "rev-parse", "HEAD~1^{tree}").stdout
-    )
+    assert _am_onto_tag(tree, patches, tmp_path) == git(
+        tree, "rev-parse", "HEAD~1^{tree}"
+    ).stdout
 
 
 def test_check_flags_upstream_commit_after_a_fork_only_one(fork: Path):

@@ -218,24 +218,12 @@ STEPS = {
 }
 
 
-@pytest.mark.parametrize("step", list(STEPS))
-# Decode rows go to the split-KV kernel, or to the unified kernel for layers
-# that kernel does not take (e.g. head sizes other than 64/128/256).
-@pytest.mark.parametrize("decode_kernel", ["split_kv", "unified"])
-def test_mixed_step(step, decode_kernel, workspace_manager, kernel_calls):
-    torch.manual_seed(0)
-    reqs = STEPS[step]
-    builder, _, _ = make_builder(KVQuantMode.INT8_PER_TOKEN_HEAD)
-    # As in the engine: nothing may grow the workspace after this.
-    workspace_manager.lock()
-    builder.int8_prefill_section_tokens = 32
-    builder.int8_prefill_query_tile_tokens = 16
-    scale = HEAD_SIZE**-0.5
-    impl = TritonAttentionImpl(
-        NUM_HEADS, HEAD_SIZE, scale, NUM_KV_HEADS, None, None, "int8_per_token_head"
-    )
-    impl._int8_kernels = int8_kernels(decode_kernel)
+def make_step(impl, reqs, causal=True):
+    """An INT8 cache holding each request's context (written by ``impl``),
+    and the step's query, new K/V and common metadata.
 
+    ``reqs`` is a list of (context_len, query_len), decodes first.
+    """
     seq_lens = [c + q for c, q in reqs]
     query_lens = [q for _, q in reqs]
     num_blocks = len(reqs) * math.ceil(max(seq_lens) / BLOCK_SIZE) + 4
@@ -261,8 +249,34 @@ def test_mixed_step(step, decode_kernel, workspace_manager, kernel_calls):
         max_seq_len=max(seq_lens),
         block_table_tensor=block_table,
         slot_mapping=torch.zeros(num_tokens, dtype=torch.int64, device=DEVICE),
-        causal=True,
+        causal=causal,
     )
+    return kv_cache, block_table, keys, values, query, key, value, cam
+
+
+@pytest.mark.parametrize("step", list(STEPS))
+# Decode rows go to the split-KV kernel, or to the unified kernel for layers
+# that kernel does not take (e.g. head sizes other than 64/128/256).
+@pytest.mark.parametrize("decode_kernel", ["split_kv", "unified"])
+def test_mixed_step(step, decode_kernel, workspace_manager, kernel_calls):
+    torch.manual_seed(0)
+    reqs = STEPS[step]
+    builder, _, _ = make_builder(KVQuantMode.INT8_PER_TOKEN_HEAD)
+    # As in the engine: nothing may grow the workspace after this.
+    workspace_manager.lock()
+    builder.int8_prefill_section_tokens = 32
+    builder.int8_prefill_query_tile_tokens = 16
+    scale = HEAD_SIZE**-0.5
+    impl = TritonAttentionImpl(
+        NUM_HEADS, HEAD_SIZE, scale, NUM_KV_HEADS, None, None, "int8_per_token_head"
+    )
+    impl._int8_kernels = int8_kernels(decode_kernel)
+
+    seq_lens = [c + q for c, q in reqs]
+    query_lens = [q for _, q in reqs]
+    kv_cache, block_table, keys, values, query, key, value, cam = make_step(impl, reqs)
+    qsl_cpu = cam.query_start_loc_cpu
+    seq_lens_cpu = cam.seq_lens_cpu_upper_bound
     meta = builder.build(0, cam)
 
     num_decodes = next((i for i, q in enumerate(query_lens) if q > 16), len(query_lens))
@@ -436,38 +450,13 @@ def test_whole_step_on_unified(case, workspace_manager, kernel_calls):
         impl._int8_kernels = impl._int8_kernels._replace(
             prefill=Int8PrefillKernel.UNIFIED, section_attn_fn=None
         )
-    seq_lens = [c + q for c, q in reqs]
-    query_lens = [q for _, q in reqs]
-    num_blocks = len(reqs) * math.ceil(max(seq_lens) / BLOCK_SIZE) + 4
-    kv_cache = make_int8_cache(num_blocks, NUM_KV_HEADS, HEAD_SIZE)
-    block_table, keys, values = write_requests(
-        impl, kv_cache, seq_lens, NUM_KV_HEADS, HEAD_SIZE, torch.bfloat16
+    kv_cache, _, _, _, query, key, value, cam = make_step(
+        impl, reqs, causal=case != "non_causal"
     )
-    num_tokens = sum(query_lens)
-    qsl_cpu = torch.tensor([0] + query_lens).cumsum(0).to(torch.int32)
-    seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int32)
-    meta = builder.build(
-        0,
-        CommonAttentionMetadata(
-            query_start_loc=qsl_cpu.to(DEVICE),
-            query_start_loc_cpu=qsl_cpu,
-            seq_lens=seq_lens_cpu.to(DEVICE),
-            seq_lens_cpu_upper_bound=seq_lens_cpu,
-            num_reqs=len(reqs),
-            num_actual_tokens=num_tokens,
-            max_query_len=max(query_lens),
-            max_seq_len=max(seq_lens),
-            block_table_tensor=block_table,
-            slot_mapping=torch.zeros(num_tokens, dtype=torch.int64, device=DEVICE),
-            causal=case != "non_causal",
-        ),
-    )
+    meta = builder.build(0, cam)
     if case == "non_causal":
         assert meta.decode is None and meta.prefill is None
-    query = torch.randn(num_tokens, NUM_HEADS, HEAD_SIZE, dtype=torch.bfloat16)
-    key = torch.cat([k[c:] for k, (c, _) in zip(keys, reqs)])
-    value = torch.cat([v[c:] for v, (c, _) in zip(values, reqs)])
-    output = torch.full_like(query.to(DEVICE), float("nan"))
-    impl.forward(None, query.to(DEVICE), key, value, kv_cache, meta, output)
+    output = torch.full_like(query, float("nan"))
+    impl.forward(None, query, key, value, kv_cache, meta, output)
     assert kernel_calls == {"unified": 1}
     assert torch.isfinite(output).all()

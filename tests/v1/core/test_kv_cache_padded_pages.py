@@ -8,7 +8,11 @@ import pytest
 import torch
 
 from tests.v1.core.test_kv_cache_group_planning import offline_vllm_config
-from tests.v1.worker.test_padded_kv_page_view import _padded_int8_cache
+from tests.v1.worker.test_padded_kv_page_view import (
+    DRAFTER,
+    TARGET,
+    _padded_int8_cache,
+)
 from vllm.config import VllmConfig
 from vllm.v1.core import kv_cache_utils
 from vllm.v1.core.kv_cache_utils import (
@@ -18,35 +22,13 @@ from vllm.v1.core.kv_cache_utils import (
     resolve_kv_cache_block_sizes,
     unify_kv_cache_spec_page_size,
 )
-from vllm.v1.kv_cache_interface import (
-    FullAttentionSpec,
-    KVQuantMode,
-    MambaSpec,
-    SlidingWindowSpec,
-)
+from vllm.v1.kv_cache_interface import MambaSpec
 
-INT8_PTH = KVQuantMode.INT8_PER_TOKEN_HEAD
-# Qwen3.5-27B with an INT8 per-token-head cache: 4 KV heads x 256, block size
-# 1600 (aligned by the platform to the Mamba state page), so 3,328,000-byte
-# pages. Its DFlash drafter: 8 KV heads x 128, sliding window 2048, 16-token
-# blocks of 16 x 8 x 2 x (128 + 4) = 33,792 bytes.
-TARGET = FullAttentionSpec(
-    block_size=1600,
-    num_kv_heads=4,
-    head_size=256,
-    dtype=torch.int8,
-    kv_quant_mode=INT8_PTH,
-    indexes_kv_by_block_stride=True,
-)
-DRAFTER = SlidingWindowSpec(
-    block_size=16,
-    num_kv_heads=8,
-    head_size=128,
-    dtype=torch.int8,
-    kv_quant_mode=INT8_PTH,
-    sliding_window=2048,
-    indexes_kv_by_block_stride=True,
-)
+# Qwen3.5-27B with an INT8 per-token-head cache (TARGET: 4 KV heads x 256,
+# block size 1600 aligned by the platform to the Mamba state page, so
+# 3,328,000-byte pages) and its DFlash drafter (DRAFTER: 8 KV heads x 128,
+# sliding window 2048, 16-token blocks of 16 x 8 x 2 x (128 + 4) = 33,792
+# bytes), as in the worker-view test.
 MAMBA = MambaSpec(
     block_size=1600,
     shapes=((10, 6, 512),),

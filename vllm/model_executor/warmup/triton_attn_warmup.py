@@ -63,6 +63,54 @@ def _warmup_batch(
     )
 
 
+def _warm_up_group(runner: "GPUModelRunner", group, forward_context: dict) -> int:
+    """Run every layer of one attention group on the warm-up batches; return
+    the number of layers."""
+    builder = group.get_metadata_builder()
+    threshold = builder.reorder_batch_threshold or 1
+    ctx = _WARMUP_CONTEXT_TOKENS
+    batches = [
+        _warmup_batch([q], [ctx], builder.block_size, runner.device)
+        for q in range(1, threshold + 1)
+    ]
+    batches.append(
+        _warmup_batch(
+            [1, threshold + _WARMUP_PREFILL_EXTRA_TOKENS],
+            [ctx, ctx],
+            builder.block_size,
+            runner.device,
+        )
+    )
+    metadata = [builder.build(0, batch) for batch in batches]
+    max_tokens = max(batch.num_actual_tokens for batch in batches)
+    for name in group.layer_names:
+        layer = forward_context[name]
+        impl = layer.impl
+        query = torch.zeros(
+            (max_tokens, impl.num_heads, impl.head_size),
+            dtype=runner.dtype,
+            device=runner.device,
+        )
+        kv = torch.zeros(
+            (max_tokens, impl.num_kv_heads, impl.head_size),
+            dtype=runner.dtype,
+            device=runner.device,
+        )
+        output = torch.empty_like(query)
+        for batch, attn_metadata in zip(batches, metadata):
+            n = batch.num_actual_tokens
+            impl.forward(
+                layer,
+                query[:n],
+                kv[:n],
+                kv[:n],
+                layer.kv_cache,
+                attn_metadata,
+                output[:n],
+            )
+    return len(group.layer_names)
+
+
 def triton_int8_per_token_head_warmup(runner: "GPUModelRunner") -> None:
     """Run each INT8 per-token-head Triton attention layer on warm-up batches:
     every decode/verify query length the batch reordering sends to the decode
@@ -75,53 +123,12 @@ def triton_int8_per_token_head_warmup(runner: "GPUModelRunner") -> None:
         for groups in runner.attn_groups:
             for group in groups:
                 spec = group.kv_cache_spec
-                if not (
+                if (
                     issubclass(group.backend, TritonAttentionBackend)
                     and isinstance(spec, AttentionSpec)
                     and spec.kv_quant_mode == KVQuantMode.INT8_PER_TOKEN_HEAD
                 ):
-                    continue
-                builder = group.get_metadata_builder()
-                threshold = builder.reorder_batch_threshold or 1
-                ctx = _WARMUP_CONTEXT_TOKENS
-                batches = [
-                    _warmup_batch([q], [ctx], builder.block_size, runner.device)
-                    for q in range(1, threshold + 1)
-                ]
-                batches.append(
-                    _warmup_batch(
-                        [1, threshold + _WARMUP_PREFILL_EXTRA_TOKENS],
-                        [ctx, ctx],
-                        builder.block_size,
-                        runner.device,
-                    )
-                )
-                metadata = [builder.build(0, batch) for batch in batches]
-                for name in group.layer_names:
-                    layer = forward_context[name]
-                    impl = layer.impl
-                    for batch, attn_metadata in zip(batches, metadata):
-                        n = batch.num_actual_tokens
-                        query = torch.zeros(
-                            (n, impl.num_heads, impl.head_size),
-                            dtype=runner.dtype,
-                            device=runner.device,
-                        )
-                        kv = torch.zeros(
-                            (n, impl.num_kv_heads, impl.head_size),
-                            dtype=runner.dtype,
-                            device=runner.device,
-                        )
-                        impl.forward(
-                            layer,
-                            query,
-                            kv,
-                            kv,
-                            layer.kv_cache,
-                            attn_metadata,
-                            torch.empty_like(query),
-                        )
-                    num_layers += 1
+                    num_layers += _warm_up_group(runner, group, forward_context)
     if num_layers:
         if runner.device.type == "cuda":
             torch.accelerator.synchronize(runner.device)
