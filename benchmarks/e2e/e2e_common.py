@@ -84,6 +84,43 @@ def ensure_models(
     return out, drafter or f"{out}-dflash"
 
 
+# The successor test model: random logits of std 2 nats, a successor logit
+# of 40 nats and each layer's residual writes scaled by 0.3.  Its greedy
+# top-2 margins lie around 5-25 nats and move by about 3 nats (std) with
+# the context (HF transformers' Qwen3.5 on the CPU, 3 prompts x 96 steps).
+SUCCESSOR_MODEL = {"logit_std": 2.0, "residual_scale": 0.3, "successor_logit": 40.0}
+
+
+def ensure_successor_model(
+    model: str | None, results_dir: str, drafter: bool = False
+) -> str:
+    """The given successor model folder, or write the default one (with a
+    DFlash drafter at ``<model>-dflash`` if asked)."""
+    if model is None:
+        model = os.path.join(results_dir, "models", "tiny-successor")
+        missing_drafter = drafter and not os.path.exists(
+            os.path.join(f"{model}-dflash", "config.json")
+        )
+        if missing_drafter or not os.path.exists(os.path.join(model, "successor.json")):
+            log(f"writing the successor test model to {model}")
+            make_hybrid_model.make_models(
+                "tiny",
+                model,
+                logit_std=SUCCESSOR_MODEL["logit_std"],
+                residual_scale=SUCCESSOR_MODEL["residual_scale"],
+                successor=make_hybrid_model.SuccessorHead(
+                    SUCCESSOR_MODEL["successor_logit"]
+                ),
+                drafter=drafter,
+            )
+    if not os.path.exists(os.path.join(model, "successor.json")):
+        raise SystemExit(
+            f"{model} has no successor.json: write it with make_hybrid_model.py "
+            "--successor-logit"
+        )
+    return model
+
+
 # --------------------------------------------------------------------------
 # Command line
 
@@ -126,8 +163,14 @@ def script_parser(
         "--kv-cache-memory-gib",
         type=float,
         default=None,
-        help="fixed KV-cache size per engine instead of profiling (lets several "
-        "scripts share one GPU)",
+        help="fixed KV-cache size per GPU instead of profiling (lets several "
+        "engines share one GPU)",
+    )
+    p.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=1,
+        help="GPUs per engine (vLLM's tensor parallelism)",
     )
     return p
 
@@ -138,6 +181,7 @@ def engine_settings(args: argparse.Namespace) -> dict[str, Any]:
         "max_num_batched_tokens": args.max_num_batched_tokens,
         "gpu_memory_utilization": args.gpu_memory_utilization,
         "kv_cache_memory_gib": args.kv_cache_memory_gib,
+        "tensor_parallel_size": args.tensor_parallel_size,
     }
 
 
@@ -176,6 +220,7 @@ def engine_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
         seed=0,
         disable_log_stats=False,
         max_logprobs=cfg.get("max_logprobs", 20),
+        tensor_parallel_size=cfg.get("tensor_parallel_size", 1),
     )
     if cfg.get("kv_cache_memory_gib"):
         kwargs["kv_cache_memory_bytes"] = int(cfg["kv_cache_memory_gib"] * 2**30)
@@ -269,6 +314,71 @@ def count_attention_paths() -> None:
 def read_path_counter() -> dict[str, int] | None:
     """Launch counts since :func:`count_attention_paths`, or None before."""
     return None if _PATH_COUNTS is None else dict(_PATH_COUNTS)
+
+
+def _count_paths_rpc(worker) -> bool:
+    count_attention_paths()
+    return _PATH_COUNTS is not None
+
+
+def _read_paths_rpc(worker) -> dict[str, int] | None:
+    return read_path_counter()
+
+
+def count_attention_paths_in_workers(llm) -> None:
+    """:func:`count_attention_paths` in every worker process.
+
+    With tensor parallelism the workers run in processes of their own, where
+    a counter installed in the engine's process sees nothing.
+    """
+    try:
+        llm.collective_rpc(_count_paths_rpc)
+    except Exception as e:  # noqa: BLE001 (a report, not a check)
+        log(f"no launch counts from the workers: {e!r}")
+
+
+def read_worker_path_counters(llm) -> list[dict[str, int] | None]:
+    """Each worker's launch counts (rank order); None where not counted."""
+    try:
+        return llm.collective_rpc(_read_paths_rpc)
+    except Exception as e:  # noqa: BLE001
+        log(f"no launch counts from the workers: {e!r}")
+        return [None]
+
+
+def _kv_cache_rpc(worker) -> dict[str, Any]:
+    from vllm.v1.kv_cache_interface import AttentionSpec
+
+    config = worker.model_runner.kv_cache_config
+    groups = [
+        {
+            "spec": type(g.kv_cache_spec).__name__,
+            "layers": len(g.layer_names),
+            "block_size": g.kv_cache_spec.block_size,
+            "attention": isinstance(g.kv_cache_spec, AttentionSpec),
+        }
+        for g in config.kv_cache_groups
+    ]
+    block_sizes = {g["block_size"] for g in groups if g["attention"]}
+    return {
+        "rank": worker.rank,
+        "num_blocks": config.num_blocks,
+        "kv_cache_bytes": sum(t.size for t in config.kv_cache_tensors),
+        "groups": groups,
+        # Tokens each attention layer can hold (one block per layer and
+        # block_size tokens per block).
+        "pool_tokens": config.num_blocks * min(block_sizes) if block_sizes else 0,
+    }
+
+
+def kv_cache_report(llm) -> list[dict[str, Any]]:
+    """The KV-cache plan of every worker (rank order): blocks, bytes,
+    groups, and the tokens each attention layer can hold."""
+    try:
+        return llm.collective_rpc(_kv_cache_rpc)
+    except Exception as e:  # noqa: BLE001
+        log(f"no KV-cache plan from the workers: {e!r}")
+        return []
 
 
 def _drop_scale_views_rpc(worker) -> int:

@@ -32,17 +32,20 @@ import sys
 
 from e2e_common import (
     KV_CONFIGS,
+    count_attention_paths_in_workers,
     drop_scale_views,
     engine_kwargs,
     engine_settings,
     ensure_models,
     first_divergence,
+    kv_cache_report,
     log,
     make_prompts,
     maybe_run_worker,
     model_vocab_size,
     provenance,
     read_path_counter,
+    read_worker_path_counters,
     save_json,
     script_parser,
     spawn,
@@ -63,6 +66,17 @@ def worker(cfg: dict) -> dict:
     from vllm import LLM, SamplingParams
 
     llm = LLM(**engine_kwargs(cfg))
+    tp = cfg.get("tensor_parallel_size", 1)
+    if tp > 1:
+        count_attention_paths_in_workers(llm)
+
+    def launches() -> dict[str, int]:
+        counts = read_worker_path_counters(llm)[0] if tp > 1 else read_path_counter()
+        return counts or {}
+
+    # Launches of the engine's own warm-up (every decode query length, ...)
+    # are not the requests'.
+    at_ready = launches()
     if cfg.get("drop_scale_views"):
         log(f"dropped scale views of {drop_scale_views(llm)} attention impls")
     params = SamplingParams(
@@ -96,7 +110,14 @@ def worker(cfg: dict) -> dict:
         "spec_decode": spec_decode_stats(llm)
         if cfg.get("drafter") or cfg.get("speculative_config")
         else None,
-        "path_counter": read_path_counter(),
+        # Launches during the requests (rank 0 under tensor parallelism).
+        "path_counter": {
+            k: v - at_ready.get(k, 0)
+            for k, v in launches().items()
+            if v > at_ready.get(k, 0)
+        },
+        "path_counter_warmup": at_ready,
+        "kv_cache": kv_cache_report(llm),
         "provenance": provenance(),
     }
 

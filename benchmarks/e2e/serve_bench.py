@@ -30,6 +30,7 @@ side-by-side comparison is three invocations plus ``--compare``:
 
 import argparse
 import asyncio
+import fcntl
 import glob
 import json
 import os
@@ -113,7 +114,13 @@ async def _measure(cfg: dict) -> dict:
     engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
     vocab = model_vocab_size(cfg["model"])
     result: dict = {"single": {}, "concurrent": None}
+    # Closed (and so released) by the finally clause below.
+    lock = open(cfg["measure_lock"], "a") if cfg.get("measure_lock") else None  # noqa: SIM115
     try:
+        if lock is not None:
+            # Engines started side by side measure one at a time.
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            log(f"{cfg['name']}: measuring")
         # A first short request, as a user's would be (not timed).
         warm = make_prompts([1024], vocab, seed=99)[0]
         await _stream(engine, warm, 8, "warmup")
@@ -179,6 +186,8 @@ async def _measure(cfg: dict) -> dict:
             log(f"{cfg['name']} batch: {result['batch']}")
     finally:
         engine.shutdown()
+        if lock is not None:
+            lock.close()  # releases the lock
     return result
 
 
@@ -204,10 +213,11 @@ def run(args: argparse.Namespace) -> dict:
         "enforce_eager": args.enforce_eager,
         "num_spec_tokens": args.num_spec_tokens,
         **engine_settings(args),
-        "concurrent": [65536, 32768],
+        "concurrent": None if args.no_concurrent else [65536, 32768],
         "concurrent_a_tokens": args.concurrent_a_tokens,
         "batch": args.batch,
         "batch_context": args.batch_context,
+        "measure_lock": args.measure_lock,
     }
     report = {"label": args.label, "kv": args.kv, "runs": {}}
     for spec in args.spec:
@@ -334,6 +344,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=8, help="concurrent decodes (0: skip)")
     p.add_argument("--batch-context", type=int, default=32768)
     p.add_argument("--enforce-eager", action="store_true")
+    p.add_argument(
+        "--measure-lock",
+        help="file to lock while measuring: several serve_bench runs started "
+        "together load their engines side by side and measure one at a time",
+    )
+    p.add_argument(
+        "--no-concurrent",
+        action="store_true",
+        help="skip the 32K prompt arriving while a 64K request decodes",
+    )
     p.add_argument("--compare", nargs="+", help="serve_<label>.json files to compare")
     return p
 

@@ -34,6 +34,15 @@ logits, where any comparison of two runs is a coin toss, and a scaled head
 makes a genuine divergence (a large drop in the chosen token's logprob)
 distinguishable from a tie within rounding.
 
+With ``--successor-logit`` the output head also maps every ordinary token
+to a fixed successor (a permutation made of cycles of the lengths in
+``--successor-cycles``), and ``--residual-scale`` shrinks what each layer
+adds to the residual stream.  Greedy decoding then follows the cycle of the
+last prompt token, with every layer still shifting the logits, which is what
+a speculative-decoding check needs: a prompt-lookup drafter finds the cycle
+in the context and the target accepts its drafts.  The successor of each
+token is written to ``successor.json``.
+
 Example::
 
     python benchmarks/models/make_hybrid_model.py --preset tiny \\
@@ -46,7 +55,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from safetensors.torch import save_file
@@ -278,16 +287,22 @@ def drafter_config(target: TargetShape, drafter: DrafterShape) -> dict:
 
 
 def target_tensor_specs(
-    shape: TargetShape, logit_std: float
+    shape: TargetShape,
+    logit_std: float,
+    residual_scale: float = 1.0,
+    successor: bool = False,
 ) -> Iterator[tuple[str, tuple[int, ...], str, float]]:
     """Yield ``(name, shape, init, scale)`` of every target tensor.
 
     Linear weights have std ``1/sqrt(fan_in)``, which keeps activations O(1)
-    through the random stack.  ``init`` is ``normal`` (std ``scale``),
-    ``const`` (filled with ``scale``), ``A_log`` or ``dt_bias`` (Gated
-    DeltaNet's own initialisations).
+    through the random stack; the projections that write to the residual
+    stream are further scaled by ``residual_scale``.  ``init`` is ``normal``
+    (std ``scale``), ``const`` (filled with ``scale``), ``A_log`` or
+    ``dt_bias`` (Gated DeltaNet's own initialisations), or ``successor``
+    for the output head of a successor model (see :func:`successor_head`).
     """
     h = shape.hidden_size
+    r = residual_scale
     prefix = "model.language_model"
     yield f"{prefix}.embed_tokens.weight", (shape.vocab_size, h), "normal", 1.0
     key_dim = shape.linear_num_key_heads * shape.linear_key_head_dim
@@ -305,7 +320,7 @@ def target_tensor_specs(
             yield f"{p}.self_attn.q_proj.weight", (2 * q, h), "normal", h**-0.5
             yield f"{p}.self_attn.k_proj.weight", (kv, h), "normal", h**-0.5
             yield f"{p}.self_attn.v_proj.weight", (kv, h), "normal", h**-0.5
-            yield f"{p}.self_attn.o_proj.weight", (h, q), "normal", q**-0.5
+            yield f"{p}.self_attn.o_proj.weight", (h, q), "normal", r * q**-0.5
             yield f"{p}.self_attn.q_norm.weight", (shape.head_dim,), "const", 0.0
             yield f"{p}.self_attn.k_norm.weight", (shape.head_dim,), "const", 0.0
         else:
@@ -321,15 +336,16 @@ def target_tensor_specs(
             yield f"{la}.dt_bias", (nv,), "dt_bias", 0.0
             # The gated RMSNorm of the GDN output is a plain RMSNorm.
             yield f"{la}.norm.weight", (shape.linear_value_head_dim,), "const", 1.0
-            yield f"{la}.out_proj.weight", (h, value_dim), "normal", value_dim**-0.5
+            yield f"{la}.out_proj.weight", (h, value_dim), "normal", r * value_dim**-0.5
         m = shape.intermediate_size
         yield f"{p}.mlp.gate_proj.weight", (m, h), "normal", h**-0.5
         yield f"{p}.mlp.up_proj.weight", (m, h), "normal", h**-0.5
-        yield f"{p}.mlp.down_proj.weight", (h, m), "normal", m**-0.5
+        yield f"{p}.mlp.down_proj.weight", (h, m), "normal", r * m**-0.5
     yield f"{prefix}.norm.weight", (h,), "const", 0.0
     # The final norm gives unit-RMS hidden states, so std logit_std/sqrt(h)
     # gives logits of std logit_std.
-    yield "lm_head.weight", (shape.vocab_size, h), "normal", logit_std * h**-0.5
+    init = "successor" if successor else "normal"
+    yield "lm_head.weight", (shape.vocab_size, h), init, logit_std * h**-0.5
 
 
 def drafter_tensor_specs(
@@ -369,6 +385,73 @@ def _name_seed(seed: int, name: str) -> int:
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
+@dataclasses.dataclass(frozen=True)
+class SuccessorHead:
+    """Output head that makes every ordinary token predict a fixed successor.
+
+    Attributes:
+        logit: Logit of a token's successor when the final hidden state is
+            that token's (normalised) embedding, in nats.
+        cycle_lengths: Lengths of the successor cycles, used round-robin
+            until the ordinary tokens run out (the last cycle takes what is
+            left).
+    """
+
+    logit: float
+    cycle_lengths: tuple[int, ...] = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48)
+
+
+def successor_map(
+    vocab_size: int, cycle_lengths: tuple[int, ...], seed: int
+) -> list[int]:
+    """``succ[t]``: the successor of token ``t``.
+
+    The ordinary tokens, shuffled by ``seed``, are cut into cycles of the
+    given lengths (round-robin); reserved tokens are their own successors.
+    """
+    if not cycle_lengths or min(cycle_lengths) < 1:
+        raise ValueError(f"cycle lengths must be positive, got {cycle_lengths}")
+    n = prompt_vocab_size(vocab_size)
+    gen = torch.Generator(device="cpu").manual_seed(_name_seed(seed, "successor"))
+    order = torch.randperm(n, generator=gen).tolist()
+    succ = list(range(vocab_size))
+    start, i = 0, 0
+    while start < n:
+        length = min(cycle_lengths[i % len(cycle_lengths)], n - start)
+        cycle = order[start : start + length]
+        for j, tok in enumerate(cycle):
+            succ[tok] = cycle[(j + 1) % length]
+        start, i = start + length, i + 1
+    return succ
+
+
+def successor_head(
+    seed: int,
+    shape: TargetShape,
+    logit_std: float,
+    head: SuccessorHead,
+    embed_name: str = "model.language_model.embed_tokens.weight",
+) -> torch.Tensor:
+    """Random output head plus a term that maps each token to its successor.
+
+    Row ``succ[t]`` gains ``logit / hidden_size`` times token ``t``'s
+    embedding: a final hidden state equal to that embedding after the RMS
+    norm (norm ``sqrt(hidden_size)``, like the unit-std embedding) then
+    gives ``succ[t]`` a logit of about ``head.logit`` on top of the random
+    part.
+    """
+    h, v = shape.hidden_size, shape.vocab_size
+    gen = torch.Generator(device="cpu").manual_seed(_name_seed(seed, "lm_head.weight"))
+    w = torch.randn((v, h), generator=gen, dtype=torch.float32).mul_(
+        logit_std * h**-0.5
+    )
+    emb = make_tensor(seed, embed_name, (v, h), "normal", 1.0).float()
+    succ = torch.tensor(successor_map(v, head.cycle_lengths, seed))
+    ordinary = torch.arange(prompt_vocab_size(v))
+    w[succ[ordinary]] += emb[ordinary] * (head.logit / h)
+    return w.to(torch.bfloat16)
+
+
 def make_tensor(
     seed: int, name: str, shape: tuple[int, ...], init: str, scale: float
 ) -> torch.Tensor:
@@ -396,8 +479,14 @@ def write_safetensors(
     specs: Iterator[tuple[str, tuple[int, ...], str, float]],
     seed: int,
     shard_bytes: int = _SHARD_BYTES,
+    special: dict[str, Callable[[], torch.Tensor]] | None = None,
 ) -> list[str]:
-    """Write ``specs`` as safetensors shards plus an index; return file names."""
+    """Write ``specs`` as safetensors shards plus an index; return file names.
+
+    ``special`` maps an ``init`` that :func:`make_tensor` does not know to a
+    function that builds that tensor.
+    """
+    special = special or {}
     os.makedirs(out_dir, exist_ok=True)
     sizes = [0]
     # Group tensors into shards first (by byte size, in spec order), so that
@@ -417,7 +506,9 @@ def write_safetensors(
     weight_map: dict[str, str] = {}
     for fname, group in zip(files, plan):
         tensors = {
-            name: make_tensor(seed, name, shape, init, scale)
+            name: special[init]()
+            if init in special
+            else make_tensor(seed, name, shape, init, scale)
             for name, shape, init, scale in group
         }
         save_file(tensors, os.path.join(out_dir, fname), metadata={"format": "pt"})
@@ -447,6 +538,8 @@ def make_models(
     num_layers: int | None = None,
     vocab_size: int | None = None,
     shard_bytes: int = _SHARD_BYTES,
+    residual_scale: float = 1.0,
+    successor: SuccessorHead | None = None,
 ) -> dict[str, str]:
     """Write the target (and optionally the drafter); return their folders."""
     target_shape, drafter_shape = PRESETS[preset]
@@ -465,8 +558,29 @@ def make_models(
         os.path.join(out, "generation_config.json"),
         {"eos_token_id": eos, "do_sample": False},
     )
+    special = {}
+    if successor is not None:
+        special["successor"] = lambda: successor_head(
+            seed, target_shape, logit_std, successor
+        )
+        succ = successor_map(target_shape.vocab_size, successor.cycle_lengths, seed)
+        _write_json(
+            os.path.join(out, "successor.json"),
+            {
+                "logit": successor.logit,
+                "cycle_lengths": list(successor.cycle_lengths),
+                "residual_scale": residual_scale,
+                "successor": succ,
+            },
+        )
     write_safetensors(
-        out, target_tensor_specs(target_shape, logit_std), seed, shard_bytes
+        out,
+        target_tensor_specs(
+            target_shape, logit_std, residual_scale, successor is not None
+        ),
+        seed,
+        shard_bytes,
+        special,
     )
     result = {"target": out}
     if drafter:
@@ -513,7 +627,29 @@ def main(argv: list[str] | None = None) -> dict[str, str]:
     parser.add_argument(
         "--vocab-size", type=int, default=None, help="override the preset"
     )
+    parser.add_argument(
+        "--residual-scale",
+        type=float,
+        default=1.0,
+        help="scale of what each layer writes to the residual stream",
+    )
+    parser.add_argument(
+        "--successor-logit",
+        type=float,
+        default=None,
+        help="give the output head a successor map of this logit, in nats",
+    )
+    parser.add_argument(
+        "--successor-cycles",
+        type=int,
+        nargs="+",
+        default=list(SuccessorHead.cycle_lengths),
+        help="cycle lengths of the successor map",
+    )
     args = parser.parse_args(argv)
+    successor = None
+    if args.successor_logit is not None:
+        successor = SuccessorHead(args.successor_logit, tuple(args.successor_cycles))
     return make_models(
         args.preset,
         args.out,
@@ -523,6 +659,8 @@ def main(argv: list[str] | None = None) -> dict[str, str]:
         drafter_out=args.drafter_out,
         num_layers=args.num_layers,
         vocab_size=args.vocab_size,
+        residual_scale=args.residual_scale,
+        successor=successor,
     )
 
 

@@ -144,6 +144,121 @@ def test_spec_margin_stats():
     assert stats["p50"] == pytest.approx(1.0)
 
 
+def test_spec_lookup_matches_vllms_ngram_proposer():
+    """The prediction replays vLLM's own prompt-lookup rule: the earliest of
+    the longest suffix matches, up to k tokens after it."""
+    import random
+
+    import numpy as np
+    import spec_accept
+
+    from vllm.v1.spec_decode.ngram_proposer import (
+        _find_longest_matched_ngram_and_propose_tokens as vllm_lookup,
+    )
+
+    rng = random.Random(0)
+    for _ in range(300):
+        context = [rng.randrange(4) for _ in range(rng.randrange(1, 40))]
+        k = rng.randrange(1, 7)
+        expected = vllm_lookup(np.array(context, dtype=np.int32), 2, 4, 10_000, k)
+        assert spec_accept.lookup(context, k, 2, 4) == expected.tolist(), context
+    # Hand examples: the 4-gram [1, 2, 3, 4] first occurs at 0; with a
+    # 3-gram only, the earliest one wins.
+    assert spec_accept.lookup([1, 2, 3, 4, 9, 1, 2, 3, 4], 2, 2, 4) == [9, 1]
+    assert spec_accept.lookup([7, 2, 3, 5, 8, 2, 3, 6, 2, 3], 3, 2, 4) == [5, 8, 2]
+
+
+def test_spec_prediction_of_a_cycle():
+    import spec_accept
+
+    # Greedy follows the cycle 0 -> 1 -> 2 -> 0; k = 3, n-grams of 2-4.
+    # The prefill samples the first 1.  Then, worked by hand:
+    # - context ends [0, 1]: the earliest [0, 1] is in the prompt, draft
+    #   [2, 9, 0]; 2 is accepted, 9 rejected (partial, 2 tokens out);
+    # - ends [2, 0]: no earlier [2, 0], no draft (1 token out);
+    # - ends [0, 1]: draft [2, 9, 0] again (partial, 2 tokens out);
+    # - ends [0, 1, 2, 0]: the generated cycle matches, draft [1, 2, 0], all
+    #   accepted (full, 4 tokens out: all ten tokens are done).
+    prompt = [5, 0, 1, 2, 9, 0]
+    tokens = [1, 2, 0, 1, 2, 0, 1, 2, 0, 1]
+    assert spec_accept.predict(prompt, tokens, 3, 2, 4) == {
+        "drafted": 9,
+        "accepted": 5,
+        "full": 1,
+        "partial": 2,
+        "reject": 0,
+    }
+
+
+def test_spec_prompts_end_in_cycles_and_hold_traps():
+    import spec_accept
+
+    vocab = 400
+    succ = e2e_common.make_hybrid_model.successor_map(vocab + 8, (2, 3, 8, 12), 0)
+    prompts = spec_accept.make_prompts(succ, vocab, (2, 8, 12), seed=1)
+    assert prompts == spec_accept.make_prompts(succ, vocab, (2, 8, 12), seed=1)
+    for length, prompt in zip((2, 8, 12), prompts):
+        assert len(spec_accept.cycle_of(succ, prompt[-1])) == length
+        assert all(0 <= t < vocab for t in prompt)
+        if length < spec_accept.MIN_TRAP_CYCLE:
+            continue
+        cycle = set(spec_accept.cycle_of(succ, prompt[-1]))
+        # Each trap: a run of cycle tokens, then a token that is not the
+        # successor of the run's last one.
+        runs, i = [], 0
+        body = prompt[:-1]
+        while i < len(body):
+            if body[i] in cycle:
+                j = i
+                while j + 1 < len(body) and body[j + 1] == succ[body[j]]:
+                    j += 1
+                runs.append(j - i + 1)
+                assert j + 1 < len(body) and body[j + 1] != succ[body[j]]
+                i = j + 1
+            else:
+                i += 1
+        assert sorted(r for r in runs if r >= 2) == sorted(spec_accept.TRAPS)
+    with pytest.raises(ValueError, match="no successor cycle of length 5"):
+        spec_accept.make_prompts(succ, vocab, (5,), seed=1)
+
+
+def test_spec_margin_drift():
+    import spec_accept
+
+    ref = {
+        "runs": {
+            "single": [
+                {
+                    "tokens": [1, 2, 3],
+                    "logprobs": [
+                        {"1": 0, "9": -3},
+                        {"2": 0, "9": -5},
+                        {"3": 0, "9": -1},
+                    ],
+                },
+            ]
+        }
+    }
+    other = {
+        "runs": {
+            "single": [
+                {
+                    "tokens": [1, 2, 4],
+                    "logprobs": [
+                        {"1": 0, "9": -3.5},
+                        {"2": 0, "9": -4},
+                        {"4": 0, "9": -9},
+                    ],
+                },
+            ]
+        }
+    }
+    drift = spec_accept.margin_drift(ref, other)
+    # Step 3 diverged and is not counted.
+    assert drift["steps"] == 2
+    assert drift["max"] == pytest.approx(1.0)
+
+
 @pytest.mark.parametrize(
     "script",
     [
@@ -153,6 +268,7 @@ def test_spec_margin_stats():
         "spec_accept.py",
         "step_profile.py",
         "teacher_forced.py",
+        "tp_compare.py",
     ],
 )
 def test_every_script_prints_its_help(script):

@@ -16,6 +16,7 @@ process):
 """
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -29,6 +30,12 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def results_dir(tmp_path_factory) -> Path:
+    """Where the scripts write their reports: ``$GPU_TEST_RESULTS_DIR`` if
+    set (to keep them), else a temporary folder."""
+    keep = os.environ.get("GPU_TEST_RESULTS_DIR")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        return Path(keep)
     return tmp_path_factory.mktemp("e2e")
 
 
@@ -117,6 +124,31 @@ def test_ngram_speculation_accepts_and_is_lossless(results_dir):
     details = {
         kv: {k: r[k] for k in ("summary", "step_classes", "spec_decode")}
         for kv, r in report["runs"].items()
+    }
+    assert report["passed"], (failed, details)
+
+
+@pytest.mark.skipif(
+    __import__("torch").cuda.device_count() < 2,
+    reason="tensor parallelism needs two CUDA devices",
+)
+def test_tensor_parallel_matches_single_gpu(results_dir):
+    """TP=2 against TP=1 for BF16 FlashAttention, INT8 and INT8 + DFlash:
+    greedy equal except at ties, each rank holding twice the tokens in the
+    same KV memory, and INT8 rank 0 running the split-KV and sectioned
+    prefill paths."""
+    import tp_compare
+
+    report = tp_compare.run(
+        tp_compare.parser().parse_args(["--results-dir", str(results_dir / "tp")])
+    )
+    failed = {
+        name: {k: v for k, v in checks.items() if not v}
+        for name, checks in report["checks"].items()
+    }
+    details = {
+        name: {k: r[k] for k in ("summary", "pool_tokens_per_rank", "path_counter")}
+        for name, r in report["configs"].items()
     }
     assert report["passed"], (failed, details)
 

@@ -119,6 +119,75 @@ def test_output_head_gives_confident_logits(tiny):
     assert (top2[:, 0] - top2[:, 1]).median().item() > 0.5
 
 
+def test_successor_map_is_cycles_of_the_given_lengths():
+    vocab = 200
+    succ = mhm.successor_map(vocab, (2, 3, 5), seed=0)
+    ordinary = mhm.prompt_vocab_size(vocab)
+    assert sorted(succ[:ordinary]) == list(range(ordinary))  # a permutation
+    assert succ[ordinary:] == list(range(ordinary, vocab))  # reserved: fixed
+    lengths = []
+    seen: set[int] = set()
+    for t in range(ordinary):
+        if t in seen:
+            continue
+        cycle = [t]
+        while succ[cycle[-1]] != t:
+            cycle.append(succ[cycle[-1]])
+        seen.update(cycle)
+        lengths.append(len(cycle))
+    # 192 ordinary tokens: 19 rounds of 2 + 3 + 5 and a last cycle of 2.
+    assert sorted(lengths) == sorted([2, 3, 5] * 19 + [2])
+    assert mhm.successor_map(vocab, (2, 3, 5), seed=1) != succ
+    with pytest.raises(ValueError, match="positive"):
+        mhm.successor_map(vocab, (0,), seed=0)
+
+
+def test_successor_head_predicts_each_successor(tmp_path):
+    """With the final hidden state equal to a token's embedding (after the
+    RMS norm), the head's argmax is that token's successor, by a wide
+    margin, for every ordinary token; the layers' residual writes are
+    scaled."""
+    head = mhm.SuccessorHead(logit=40.0, cycle_lengths=(3, 7))
+    folder = Path(
+        mhm.make_models(
+            "tiny",
+            str(tmp_path / "succ"),
+            logit_std=2.0,
+            residual_scale=0.25,
+            successor=head,
+        )["target"]
+    )
+    info = json.loads((folder / "successor.json").read_text())
+    target, _ = mhm.PRESETS["tiny"]
+    succ = torch.tensor(info["successor"])
+    assert info["successor"] == mhm.successor_map(target.vocab_size, (3, 7), 0)
+    plain = mhm.make_models("tiny", str(tmp_path / "plain"), logit_std=2.0)
+    prefix = "model.language_model"
+    with (
+        safe_open(str(folder / "model.safetensors"), "pt") as f,
+        safe_open(str(Path(plain["target"]) / "model.safetensors"), "pt") as g,
+    ):
+        emb = f.get_tensor(f"{prefix}.embed_tokens.weight").float()
+        w = f.get_tensor("lm_head.weight").float()
+        for name in (
+            f"{prefix}.layers.0.mlp.down_proj.weight",
+            f"{prefix}.layers.0.linear_attn.out_proj.weight",
+            f"{prefix}.layers.3.self_attn.o_proj.weight",
+        ):
+            ratio = f.get_tensor(name).float().std() / g.get_tensor(name).float().std()
+            assert ratio.item() == pytest.approx(0.25, rel=0.02)
+        assert torch.equal(
+            f.get_tensor(f"{prefix}.layers.0.mlp.up_proj.weight"),
+            g.get_tensor(f"{prefix}.layers.0.mlp.up_proj.weight"),
+        )
+    n = mhm.prompt_vocab_size(target.vocab_size)
+    hidden = emb[:n] * (target.hidden_size**0.5 / emb[:n].norm(dim=-1, keepdim=True))
+    logits = hidden @ w.T
+    top2 = logits.topk(2, dim=-1)
+    assert torch.equal(top2.indices[:, 0], succ[:n])
+    assert (top2.values[:, 0] - top2.values[:, 1]).min().item() > 10.0
+
+
 def test_drafter_layer_ids_spread():
     assert mhm.drafter_target_layer_ids(64) == [1, 16, 31, 46, 61]
     assert mhm.drafter_target_layer_ids(8) == [1, 2, 3, 4, 5]

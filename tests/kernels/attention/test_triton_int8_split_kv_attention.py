@@ -372,6 +372,35 @@ def test_int8_split_kv_geometry_table():
                     )
 
 
+def test_int8_split_kv_geometry_fills_the_gpu_with_fewer_kv_heads():
+    """Decode on a tensor-parallel rank with 2 (or 1) of 4 KV heads launches
+    as many programs as the whole layer would; verify steps, and layers with
+    4 or more KV heads, keep the table's segments."""
+
+    def segments(max_query_len, num_kv_heads, num_seqs=1, partials=MAX_PARTIALS):
+        return select_int8_split_kv_geometry(
+            max_query_len,
+            131072,
+            num_seqs,
+            num_seqs * max_query_len,
+            partials,
+            6,  # tensor parallelism keeps the query heads per KV head
+            16,
+            num_kv_heads,
+        ).num_segments
+
+    for num_kv_heads in (1, 2, 4, 8):
+        assert segments(1, num_kv_heads) * min(num_kv_heads, 4) == segments(1, 4) * 4
+        for max_query_len in (2, 6, 16):
+            assert segments(max_query_len, num_kv_heads) == segments(max_query_len, 4)
+    # Larger batches: the decode grid stays about the same size.
+    for num_kv_heads in (1, 2, 4):
+        grid = 64 * num_kv_heads * segments(1, num_kv_heads, 64, 1 << 20)
+        assert grid == 64 * 4 * segments(1, 4, 64, 1 << 20)
+    # The scratch buffers still bound the segments.
+    assert segments(1, 1, partials=256) == 256
+
+
 @pytest.mark.parametrize("query_lens", [[6, 1], [1, 1]])
 @torch.inference_mode()
 def test_int8_split_kv_hybrid_padded_pages(query_lens):

@@ -106,6 +106,15 @@ GEOMETRY_TABLE: tuple[tuple[int, Int8SplitKVGeometry], ...] = (
 )
 
 
+# The table's segment counts fill the GPU with this many KV heads per
+# request (Qwen3.5-27B's 4).  Tensor parallelism leaves fewer on each rank,
+# so single-token decode gets proportionally more segments: with 2 KV heads
+# at 128K, 62.9 instead of 79.3 us on an H200.  Verify steps already launch
+# several row blocks per KV head and were slower with more segments (6
+# tokens at 128K: 184 instead of 171 us), so they keep the table's.
+REFERENCE_KV_HEADS = 4
+
+
 def select_int8_split_kv_geometry(
     max_query_len: int,
     max_seq_len: int,
@@ -114,6 +123,7 @@ def select_int8_split_kv_geometry(
     max_partials: int,
     num_queries_per_kv: int = 6,
     block_size: int = 16,
+    num_kv_heads: int = REFERENCE_KV_HEADS,
 ) -> Int8SplitKVGeometry:
     """Choose the launch geometry for one split-KV launch.
 
@@ -135,6 +145,7 @@ def select_int8_split_kv_geometry(
         max_partials: (token, segment) slots in the scratch buffers.
         num_queries_per_kv: Query heads per KV head.
         block_size: Tokens per cache block.
+        num_kv_heads: KV heads of the layer (on this rank).
     """
     rows = num_queries_per_kv * max_query_len
     base = next((g for r, g in GEOMETRY_TABLE if rows <= r), GEOMETRY_TABLE[-1][1])
@@ -142,11 +153,18 @@ def select_int8_split_kv_geometry(
     # of two dividing the block size: at least 16 tokens for any block size
     # the backend allows (a multiple of 16), so the table's tiles always fit.
     tile_size, num_segments = base.tile_size, base.num_segments
+    # Decode with fewer KV heads: more segments, as many programs.
+    if max_query_len == 1 and 0 < num_kv_heads < REFERENCE_KV_HEADS:
+        num_segments <<= (REFERENCE_KV_HEADS // num_kv_heads).bit_length() - 1
     # Short contexts: keep at least a few tiles per segment.
     while num_segments > 1 and num_segments * tile_size * 4 > max_seq_len:
         num_segments //= 2
     # Larger batches fill the GPU with requests; keep the grid ~constant.
-    while num_segments > 1 and num_seqs * num_segments > 4 * 64:
+    heads = max(num_kv_heads, 1)
+    while (
+        num_segments > 1
+        and num_seqs * heads * num_segments > 4 * 64 * REFERENCE_KV_HEADS
+    ):
         num_segments //= 2
     # Stay within the scratch buffers (num_segments is a power of two).
     while num_segments > 1 and num_tokens * num_segments > max_partials:
@@ -682,6 +700,7 @@ def int8_split_kv_attention(
             segm_output.shape[0],
             num_queries_per_kv,
             block_size,
+            num_kv_heads,
         )
     num_segments = geometry.num_segments
     if num_segments & (num_segments - 1) or (
