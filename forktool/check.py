@@ -30,6 +30,11 @@ UPSTREAM_HOOKS = (
 # upstream PR carries its figures in its text.  One glob per line.
 FORK_ONLY_PATTERNS_FILE = Path(__file__).with_name("fork_only.txt")
 _DIFF_FILE_RE = re.compile(r"^diff --git a/(\S+) b/", re.MULTILINE)
+# Files no commit may touch: generated when vLLM is built (their text differs
+# between the sdist and the wheel, so a patch to them applies to one and not
+# to the other) or vendored from other projects.  A formatter run over the
+# whole tree is the usual way they end up in a commit.
+UNTOUCHABLE_PATTERNS = ("vllm/_version.py", "vllm/third_party/*")
 
 
 def fork_only_patterns(path: Path = FORK_ONLY_PATTERNS_FILE) -> list[str]:
@@ -41,8 +46,8 @@ def check_file_ownership(
     series: Series, patterns: list[str] | None = None
 ) -> list[str]:
     """A file the series adds belongs to the commit that adds it: no later
-    commit may change it, and fork-only material stays out of the commits
-    meant for upstream."""
+    commit may change it, fork-only material stays out of the commits meant
+    for upstream, and no commit touches generated or vendored files."""
     patterns = fork_only_patterns() if patterns is None else patterns
     problems = []
     try:
@@ -51,7 +56,15 @@ def check_file_ownership(
         problems.append(str(e))
     owners: dict[str, str] = {}
     for patch in series.patches:
-        for path in _DIFF_FILE_RE.findall(patch.diff):
+        changed = _DIFF_FILE_RE.findall(patch.diff)
+        for path in [*changed, *patch.added_files]:
+            if any(fnmatch.fnmatch(path, p) for p in UNTOUCHABLE_PATTERNS):
+                problems.append(
+                    f"{path}: generated or vendored, but {patch.name} changes it; "
+                    "restore it from the base (a formatter run over the whole "
+                    "tree does this)"
+                )
+        for path in changed:
             if path in owners:
                 problems.append(
                     f"{path}: added by {owners[path]} and changed again by "

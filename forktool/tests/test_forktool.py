@@ -310,6 +310,20 @@ def test_check_flags_fork_only_file_in_an_upstream_commit(fork: Path, status):
         assert problems == []
 
 
+@pytest.mark.parametrize("path", ["vllm/_version.py", "vllm/third_party/lib.py"])
+def test_check_flags_generated_or_vendored_files(fork: Path, path):
+    """A whole-tree formatter run once slipped vllm/_version.py into a commit:
+    the series applied to the sdist but not to the wheel's files."""
+    from forktool.check import check_file_ownership
+    from forktool.series import read_series
+
+    _add_commit(fork, path, "x = 1\n")
+    problems = check_file_ownership(read_series(fork))
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"{path}: generated or vendored")
+    assert "0002-" in problems[0]
+
+
 def test_real_series_file_ownership():
     """The series of this repository passes both ownership rules."""
     from forktool.check import check_file_ownership

@@ -28,6 +28,7 @@ print(json.dumps({
     "attention_backend": str(args.attention_backend),
     "max_model_len": args.max_model_len,
     "speculative_config": args.speculative_config,
+    "tensor_parallel_size": args.tensor_parallel_size,
 }))
 """
 
@@ -43,13 +44,14 @@ def serve_commands() -> list[str]:
     ]
 
 
-def test_readme_shows_serving_with_and_without_dflash():
+def test_readme_shows_serving_with_and_without_dflash_and_on_two_gpus():
     commands = serve_commands()
-    assert len(commands) == 2
+    assert len(commands) == 3
     assert "dflash" not in commands[0] and "dflash" in commands[1]
+    assert "--tensor-parallel-size 2" in commands[2]
 
 
-@pytest.mark.parametrize("index", [0, 1])
+@pytest.mark.parametrize("index", [0, 1, 2])
 def test_readme_serve_command_parses(index):
     pytest.importorskip("vllm")
     command = serve_commands()[index].replace("<DFlash drafter>", "org/drafter")
@@ -65,6 +67,7 @@ def test_readme_serve_command_parses(index):
     assert parsed["kv_cache_dtype"] == "int8_per_token_head"
     assert parsed["attention_backend"].endswith("TRITON_ATTN")
     assert parsed["max_model_len"] == 131072
+    assert parsed["tensor_parallel_size"] == (2 if index == 2 else 1)
     spec = parsed["speculative_config"]
     if index == 1:
         assert spec["method"] == "dflash" and spec["num_speculative_tokens"] == 5
