@@ -172,6 +172,13 @@ def script_parser(
         default=1,
         help="GPUs per engine (vLLM's tensor parallelism)",
     )
+    p.add_argument(
+        "--async-scheduling",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="vLLM's asynchronous scheduling (host work of the next step "
+        "overlapping the GPU work of this one); auto lets vLLM decide",
+    )
     return p
 
 
@@ -182,6 +189,9 @@ def engine_settings(args: argparse.Namespace) -> dict[str, Any]:
         "gpu_memory_utilization": args.gpu_memory_utilization,
         "kv_cache_memory_gib": args.kv_cache_memory_gib,
         "tensor_parallel_size": args.tensor_parallel_size,
+        "async_scheduling": {"auto": None, "on": True, "off": False}[
+            args.async_scheduling
+        ],
     }
 
 
@@ -221,6 +231,8 @@ def engine_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
         disable_log_stats=False,
         max_logprobs=cfg.get("max_logprobs", 20),
         tensor_parallel_size=cfg.get("tensor_parallel_size", 1),
+        # None: vLLM decides (on unless something is incompatible).
+        async_scheduling=cfg.get("async_scheduling"),
     )
     if cfg.get("kv_cache_memory_gib"):
         kwargs["kv_cache_memory_bytes"] = int(cfg["kv_cache_memory_gib"] * 2**30)
