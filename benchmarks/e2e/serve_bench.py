@@ -224,7 +224,9 @@ def run(args: argparse.Namespace) -> dict:
         name = f"{args.label}{'+dflash' if spec == 'dflash' else ''}"
         cfg = dict(base, name=name, drafter=drafter if spec == "dflash" else None)
         report["runs"][spec] = spawn(os.path.abspath(__file__), cfg, timeout=3600)
-    save_json(os.path.join(args.results_dir, f"serve_{args.label}.json"), report)
+        # After each engine, so a later one that fails or runs out of time
+        # loses nothing measured before it.
+        save_json(os.path.join(args.results_dir, f"serve_{args.label}.json"), report)
     return report
 
 
