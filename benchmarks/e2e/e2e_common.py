@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -277,6 +278,16 @@ def spawn(script: str, cfg: dict[str, Any], timeout: float = 1800) -> dict[str, 
         return json.loads(out_path.read_text())
 
 
+def spawn_all(
+    script: str, cfgs: list[dict[str, Any]], parallel: int
+) -> dict[str, dict[str, Any]]:
+    """:func:`spawn` each config, ``parallel`` at a time (engines side by
+    side on the GPUs); results by config name."""
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        outs = list(pool.map(lambda cfg: spawn(script, cfg), cfgs))
+    return {cfg["name"]: out for cfg, out in zip(cfgs, outs)}
+
+
 def maybe_run_worker(worker) -> None:
     """Child side of :func:`spawn`: call ``worker`` and exit if asked to."""
     if len(sys.argv) == 4 and sys.argv[1] == "--_worker":
@@ -477,6 +488,15 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def finish_report(report: dict, path: str, table: list[str]) -> dict:
+    """Set ``report["passed"]`` from its ``checks`` (name -> check -> bool),
+    write it to ``path`` and print ``table`` and the verdict."""
+    report["passed"] = all(all(c.values()) for c in report["checks"].values())
+    save_json(path, report)
+    print("\n".join([*table, f"passed: {report['passed']}"]), flush=True)
+    return report
 
 
 def save_json(path: str, obj: Any) -> None:

@@ -47,19 +47,20 @@ import os
 import random
 import statistics
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from pathlib import Path
 
 from e2e_common import (
     KV_CONFIGS,
     engine_settings,
     ensure_successor_model,
+    finish_report,
     log,
     make_hybrid_model,
     maybe_run_worker,
     save_json,
     script_parser,
-    spawn,
+    spawn_all,
 )
 from greedy_compare import TIE_NATS, compare, summarize
 from greedy_compare import worker as greedy_worker
@@ -132,6 +133,31 @@ def lookup(context: list[int], k: int, n_min: int, n_max: int) -> list[int]:
     return []
 
 
+def replay(
+    prompt: list[int], tokens: list[int], k: int, n_min: int, n_max: int
+) -> Iterator[tuple[list[int], int]]:
+    """The speculative steps that vLLM's prompt lookup takes on a greedy
+    run's own tokens: ``(draft, accepted drafts)`` per step after the
+    prefill's (which samples the first token, with no draft)."""
+    done = 1
+    while done < len(tokens):
+        draft = lookup(prompt + tokens[:done], k, n_min, n_max)
+        truth = tokens[done : done + len(draft)]
+        accepted = 0
+        while accepted < len(truth) and draft[accepted] == truth[accepted]:
+            accepted += 1
+        yield draft, accepted
+        done += accepted + 1
+
+
+def step_kind(draft: list[int], accepted: int, k: int) -> str:
+    """``no-draft``, or a verify step that accepted all ``k`` drafts
+    (``full``), some (``partial``) or none (``reject``)."""
+    if not draft:
+        return "no-draft"
+    return "full" if accepted == k else "partial" if accepted else "reject"
+
+
 def predict(
     prompt: list[int], tokens: list[int], k: int, n_min: int, n_max: int
 ) -> dict[str, int]:
@@ -142,19 +168,11 @@ def predict(
     steps).
     """
     out = {"drafted": 0, "accepted": 0, "full": 0, "partial": 0, "reject": 0}
-    done = 1  # the prefill step samples the first token, with no draft
-    while done < len(tokens):
-        draft = lookup(prompt + tokens[:done], k, n_min, n_max)
-        truth = tokens[done : done + len(draft)]
-        accepted = 0
-        while accepted < len(truth) and draft[accepted] == truth[accepted]:
-            accepted += 1
+    for draft, accepted in replay(prompt, tokens, k, n_min, n_max):
         if draft:
             out["drafted"] += len(draft)
             out["accepted"] += accepted
-            key = "full" if accepted == k else "partial" if accepted else "reject"
-            out[key] += 1
-        done += accepted + 1
+            out[step_kind(draft, accepted, k)] += 1
     return out
 
 
@@ -198,28 +216,45 @@ def margin_stats(runs: dict) -> dict[str, float]:
     }
 
 
+def _drifts(a: dict, b: dict) -> Iterator[tuple[int, float]]:
+    """``(step, |top-2 margin of a - that of b|)`` for the steps of two runs
+    of one prompt before their first divergence."""
+    steps = zip(a["tokens"], b["tokens"], a["logprobs"], b["logprobs"])
+    for i, (ta, tb, la, lb) in enumerate(steps):
+        if ta != tb:
+            return
+        ma, mb = _margins(la), _margins(lb)
+        if ma is not None and mb is not None:
+            yield i, abs(ma - mb)
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    values = sorted(values)
+    return {
+        "p50": values[len(values) // 2],
+        "p99": values[min(len(values) - 1, int(0.99 * len(values)))],
+        "max": values[-1],
+    }
+
+
 def margin_drift(ref: dict, other: dict) -> dict[str, float]:
     """How much the top-2 margin moves between two runs, over the steps
     before each prompt's first divergence."""
-    drift = []
-    for mode, rows in ref["runs"].items():
-        for a, b in zip(rows, other["runs"].get(mode, [])):
-            steps = zip(a["tokens"], b["tokens"], a["logprobs"], b["logprobs"])
-            for ta, tb, la, lb in steps:
-                if ta != tb:
-                    break
-                ma, mb = _margins(la), _margins(lb)
-                if ma is not None and mb is not None:
-                    drift.append(abs(ma - mb))
-    if not drift:
-        return {"steps": 0}
-    drift.sort()
-    return {
-        "steps": len(drift),
-        "p50": drift[len(drift) // 2],
-        "p99": drift[min(len(drift) - 1, int(0.99 * len(drift)))],
-        "max": drift[-1],
-    }
+    drift = [
+        d
+        for mode, rows in ref["runs"].items()
+        for a, b in zip(rows, other["runs"].get(mode, []))
+        for _, d in _drifts(a, b)
+    ]
+    return {"steps": len(drift), **_spread(drift)} if drift else {"steps": 0}
+
+
+def drift_within(ours: dict, ref: dict, slack: float) -> bool:
+    """``ours`` (a :func:`margin_drift`) exceeds ``ref`` by at most
+    ``slack`` nats at the median, the 99th percentile and the maximum."""
+    return all(
+        ours.get(q, 0.0) <= ref.get(q, 0.0) + slack for q in ("p50", "p99", "max")
+    )
 
 
 def drift_by_step(
@@ -227,53 +262,26 @@ def drift_by_step(
 ) -> dict[str, dict[str, float]]:
     """Margin drift by where a token came from in the speculative run.
 
-    The speculative run's steps are replayed with :func:`lookup` on the
+    The speculative run's steps are replayed with :func:`replay` on the
     plain run's tokens (vLLM's rule, so the same steps as long as both runs
     agree).  Each generated token is labelled by the kind of step that
-    produced it (``prefill``, ``no-draft``, ``full``, ``partial``,
-    ``reject``) and whether it was an accepted draft or the step's own
-    sampled token (``accepted`` / ``sampled``).
+    produced it (``prefill``, or a :func:`step_kind`) and whether it was an
+    accepted draft or the step's own sampled token (``accepted`` /
+    ``sampled``).
     """
     groups: dict[str, list[float]] = {}
     for mode, rows in plain["runs"].items():
         for prompt, a, b in zip(prompts, rows, spec["runs"].get(mode, [])):
             labels = ["prefill sampled"]
-            done = 1
-            while done < len(a["tokens"]):
-                draft = lookup(prompt + a["tokens"][:done], k, n_min, n_max)
-                truth = a["tokens"][done : done + len(draft)]
-                n = 0
-                while n < len(truth) and draft[n] == truth[n]:
-                    n += 1
-                kind = (
-                    "no-draft"
-                    if not draft
-                    else "full"
-                    if n == k
-                    else "partial"
-                    if n
-                    else "reject"
-                )
+            for draft, n in replay(prompt, a["tokens"], k, n_min, n_max):
+                kind = step_kind(draft, n, k)
                 labels += [f"{kind} accepted"] * n + [f"{kind} sampled"]
-                done += n + 1
-            for label, ta, tb, la, lb in zip(
-                labels, a["tokens"], b["tokens"], a["logprobs"], b["logprobs"]
-            ):
-                if ta != tb:
-                    break
-                ma, mb = _margins(la), _margins(lb)
-                if ma is not None and mb is not None:
-                    groups.setdefault(label, []).append(abs(ma - mb))
-    out = {}
-    for label, drift in sorted(groups.items()):
-        drift.sort()
-        out[label] = {
-            "tokens": len(drift),
-            "p50": drift[len(drift) // 2],
-            "p99": drift[min(len(drift) - 1, int(0.99 * len(drift)))],
-            "max": drift[-1],
-        }
-    return out
+            for i, d in _drifts(a, b):
+                groups.setdefault(labels[i], []).append(d)
+    return {
+        label: {"tokens": len(drift), **_spread(drift)}
+        for label, drift in sorted(groups.items())
+    }
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -308,10 +316,7 @@ def run(args: argparse.Namespace) -> dict:
         for kv in args.kv
         for spec in (None, spec_config)
     ]
-    script = os.path.abspath(__file__)
-    with ThreadPoolExecutor(max_workers=args.parallel) as pool:
-        outs = list(pool.map(lambda cfg: spawn(script, cfg), cfgs))
-    results = {cfg["name"]: out for cfg, out in zip(cfgs, outs)}
+    results = spawn_all(os.path.abspath(__file__), cfgs, args.parallel)
     save_json(
         os.path.join(args.results_dir, "spec_accept_runs.json"),
         {
@@ -392,11 +397,9 @@ def build_report(
         ours = report["runs"]["int8-triton"]["margin_drift_spec_vs_plain"]
         ref = report["runs"]["bf16-triton"]["margin_drift_spec_vs_plain"]
         slack = cross.get("max", 0.0)
-        report["checks"]["int8-triton"]["margin_drift_within_bf16_plus_int8"] = all(
-            ours.get(q, 0.0) <= ref.get(q, 0.0) + slack for q in ("p50", "p99", "max")
+        report["checks"]["int8-triton"]["margin_drift_within_bf16_plus_int8"] = (
+            drift_within(ours, ref, slack)
         )
-    report["passed"] = all(all(c.values()) for c in report["checks"].values())
-    save_json(os.path.join(args.results_dir, "spec_accept.json"), report)
     rows = [
         f"{'kv':<14}{'accept':>8}{'full':>6}{'part':>6}{'rej':>6}{'div':>5}"
         f"{'drift':>7}  verify q: launches"
@@ -410,8 +413,9 @@ def build_report(
             f"{r['margin_drift_spec_vs_plain'].get('max', 0):>7.2f}  "
             f"{r['split_kv_launches_by_query_len']}"
         )
-    print("\n".join(rows + [f"passed: {report['passed']}"]), flush=True)
-    return report
+    return finish_report(
+        report, os.path.join(args.results_dir, "spec_accept.json"), rows
+    )
 
 
 def parser() -> argparse.ArgumentParser:

@@ -34,22 +34,21 @@ Decode ITL under TP=2 comes from ``serve_bench.py --tensor-parallel-size 2``.
 import argparse
 import os
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 from e2e_common import (
     engine_settings,
     ensure_successor_model,
+    finish_report,
     log,
     make_prompts,
     maybe_run_worker,
     model_vocab_size,
-    save_json,
     script_parser,
-    spawn,
+    spawn_all,
 )
 from greedy_compare import TIE_NATS, compare, summarize
 from greedy_compare import worker as greedy_worker
-from spec_accept import margin_drift
+from spec_accept import drift_within, margin_drift
 
 CONFIGS = ("bf16-fa", "int8-triton", "int8-triton+dflash")
 # Shorter than a block, one chunk, several chunks (the sectioned prefill).
@@ -88,10 +87,7 @@ def run(args: argparse.Namespace) -> dict:
                     tensor_parallel_size=tp,
                 )
             )
-    script = os.path.abspath(__file__)
-    with ThreadPoolExecutor(max_workers=args.parallel) as pool:
-        outs = list(pool.map(lambda cfg: spawn(script, cfg), cfgs))
-    results = {cfg["name"]: out for cfg, out in zip(cfgs, outs)}
+    results = spawn_all(os.path.abspath(__file__), cfgs, args.parallel)
 
     report: dict = {"prompt_lengths": list(args.prompt_lengths), "configs": {}}
     checks: dict = {}
@@ -140,13 +136,10 @@ def run(args: argparse.Namespace) -> dict:
             cross = margin_drift(results["bf16-fa tp1"], results[f"{name} tp1"])
             report["configs"][name]["margin_drift_vs_bf16_fa_tp1"] = cross
             ours = report["configs"][name]["margin_drift_tp2_vs_tp1"]
-            checks[name]["margin_drift_within_bf16_plus_int8"] = all(
-                ours.get(q, 0.0) <= ref.get(q, 0.0) + cross.get("max", 0.0)
-                for q in ("p50", "p99", "max")
+            checks[name]["margin_drift_within_bf16_plus_int8"] = drift_within(
+                ours, ref, cross.get("max", 0.0)
             )
     report["checks"] = checks
-    report["passed"] = all(all(c.values()) for c in checks.values())
-    save_json(os.path.join(args.results_dir, "tp_compare.json"), report)
     rows = [
         f"{'config':<22}{'identical':>10}{'ties':>6}{'other':>7}{'drift p99':>10}"
         f"{'max':>6}  pool tokens/rank"
@@ -158,8 +151,9 @@ def run(args: argparse.Namespace) -> dict:
             f"{s['non_ties']:>7}{d.get('p99', 0):>10.2f}{d.get('max', 0):>6.2f}  "
             f"{r['pool_tokens_per_rank']}"
         )
-    print("\n".join(rows + [f"passed: {report['passed']}"]), flush=True)
-    return report
+    return finish_report(
+        report, os.path.join(args.results_dir, "tp_compare.json"), rows
+    )
 
 
 def parser() -> argparse.ArgumentParser:

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "e2e"))
@@ -106,6 +107,17 @@ def test_scale_views_set_up_in_live_request(results_dir, dflash):
     assert report["passed"], report["rows"]
 
 
+def _assert_passed(report: dict, per: str, shown: tuple[str, ...]) -> None:
+    """A script's report passed; else show its failed checks and, for each
+    entry of ``report[per]``, the ``shown`` parts."""
+    failed = {
+        name: {k: v for k, v in checks.items() if not v}
+        for name, checks in report["checks"].items()
+    }
+    details = {name: {k: r[k] for k in shown} for name, r in report[per].items()}
+    assert report["passed"], (failed, details)
+
+
 def test_ngram_speculation_accepts_and_is_lossless(results_dir):
     """Prompt-lookup drafts that the target accepts often: acceptance at
     least 50%, full, partial and rejected verify steps each seen, speculative
@@ -117,19 +129,11 @@ def test_ngram_speculation_accepts_and_is_lossless(results_dir):
         ["--results-dir", str(results_dir / "spec_accept")]
     )
     report = spec_accept.run(args)
-    failed = {
-        kv: {k: v for k, v in checks.items() if not v}
-        for kv, checks in report["checks"].items()
-    }
-    details = {
-        kv: {k: r[k] for k in ("summary", "step_classes", "spec_decode")}
-        for kv, r in report["runs"].items()
-    }
-    assert report["passed"], (failed, details)
+    _assert_passed(report, "runs", ("summary", "step_classes", "spec_decode"))
 
 
 @pytest.mark.skipif(
-    __import__("torch").cuda.device_count() < 2,
+    torch.accelerator.device_count() < 2,
     reason="tensor parallelism needs two CUDA devices",
 )
 def test_tensor_parallel_matches_single_gpu(results_dir):
@@ -142,15 +146,9 @@ def test_tensor_parallel_matches_single_gpu(results_dir):
     report = tp_compare.run(
         tp_compare.parser().parse_args(["--results-dir", str(results_dir / "tp")])
     )
-    failed = {
-        name: {k: v for k, v in checks.items() if not v}
-        for name, checks in report["checks"].items()
-    }
-    details = {
-        name: {k: r[k] for k in ("summary", "pool_tokens_per_rank", "path_counter")}
-        for name, r in report["configs"].items()
-    }
-    assert report["passed"], (failed, details)
+    _assert_passed(
+        report, "configs", ("summary", "pool_tokens_per_rank", "path_counter")
+    )
 
 
 # Triton kernels of vLLM 0.26.0 itself that its own warm-up misses on this

@@ -127,6 +127,21 @@ def int8_kernels(decode_kernel: str) -> Int8PerTokenHeadKernels:
     )
 
 
+def make_int8_impl(decode_kernel: str = "split_kv") -> TritonAttentionImpl:
+    """An INT8 per-token-head layer on the given decode kernel."""
+    impl = TritonAttentionImpl(
+        NUM_HEADS,
+        HEAD_SIZE,
+        HEAD_SIZE**-0.5,
+        NUM_KV_HEADS,
+        None,
+        None,
+        "int8_per_token_head",
+    )
+    impl._int8_kernels = int8_kernels(decode_kernel)
+    return impl
+
+
 def test_kernel_selection():
     """The selector sends plain decoder layers to the split paths and keeps
     everything else on the unified kernel."""
@@ -267,10 +282,7 @@ def test_mixed_step(step, decode_kernel, workspace_manager, kernel_calls):
     builder.int8_prefill_section_tokens = 32
     builder.int8_prefill_query_tile_tokens = 16
     scale = HEAD_SIZE**-0.5
-    impl = TritonAttentionImpl(
-        NUM_HEADS, HEAD_SIZE, scale, NUM_KV_HEADS, None, None, "int8_per_token_head"
-    )
-    impl._int8_kernels = int8_kernels(decode_kernel)
+    impl = make_int8_impl(decode_kernel)
 
     seq_lens = [c + q for c, q in reqs]
     query_lens = [q for _, q in reqs]
@@ -388,16 +400,7 @@ def test_warmup_runs_every_decode_length_and_a_mixed_step(
     workspace_manager.lock()
     builder.int8_prefill_section_tokens = 32
     builder.int8_prefill_query_tile_tokens = 16
-    impl = TritonAttentionImpl(
-        NUM_HEADS,
-        HEAD_SIZE,
-        HEAD_SIZE**-0.5,
-        NUM_KV_HEADS,
-        None,
-        None,
-        "int8_per_token_head",
-    )
-    impl._int8_kernels = int8_kernels("split_kv")
+    impl = make_int8_impl()
     kv_cache = make_int8_cache(2, NUM_KV_HEADS, HEAD_SIZE)
     before_cache = kv_cache.clone()
     layers = {
@@ -436,16 +439,7 @@ def test_whole_step_on_unified(case, workspace_manager, kernel_calls):
     a sectioned prefill, run the whole mixed step in one unified launch."""
     reqs = STEPS["mixed"]
     builder, _, _ = make_builder(KVQuantMode.INT8_PER_TOKEN_HEAD)
-    impl = TritonAttentionImpl(
-        NUM_HEADS,
-        HEAD_SIZE,
-        HEAD_SIZE**-0.5,
-        NUM_KV_HEADS,
-        None,
-        None,
-        "int8_per_token_head",
-    )
-    impl._int8_kernels = int8_kernels("split_kv")
+    impl = make_int8_impl()
     if case == "prefill_on_unified":
         impl._int8_kernels = impl._int8_kernels._replace(
             prefill=Int8PrefillKernel.UNIFIED, section_attn_fn=None
