@@ -10,6 +10,7 @@ help:
 	@echo "make install   build the fork wheel from the pinned upstream wheel and install it into $(VENV)"
 	@echo "make test      the whole CPU test suite (tool tests + fork tests + upstream regression)"
 	@echo "make test-gpu  the GPU regression suite (kernels at full size, backend, engine); fails without a usable GPU (ALLOW_NO_GPU=1 skips)"
+	@echo "               STAGE=kernels|engine|spec: one stage, stopped after GPU_TIME_LIMIT=480 s"
 	@echo "make patches   materialize the fork tree and export dist/patches/v0.26.0/NNNN-*.patch"
 	@echo "make check     series applies exactly, is canonical, passes upstream's lint"
 	@echo "make status    the series and the installed version"
@@ -34,8 +35,13 @@ test-fork: venv
 
 # CUDA machines with the fork installed (`make install`).  Fails when CUDA is
 # unusable, so a runner with a broken driver cannot pass; ALLOW_NO_GPU=1 skips.
+# STAGE=kernels|engine|spec runs one stage of forktool/gpu_suite.txt and
+# interrupts it after GPU_TIME_LIMIT seconds (it still prints what ran).
+STAGE ?=
+GPU_TIME_LIMIT ?= 480
 test-gpu: venv
-	$(PY) -m forktool test --gpu $(if $(ALLOW_NO_GPU),--allow-no-gpu)
+	$(PY) -m forktool test --gpu $(if $(ALLOW_NO_GPU),--allow-no-gpu) \
+	    $(if $(STAGE),--stage $(STAGE) --time-limit $(GPU_TIME_LIMIT))
 
 patches: venv
 	$(PY) -m forktool materialize

@@ -26,9 +26,10 @@ from . import gitops
 from .check import run_check
 from .errors import ForkError
 from .series import read_series
+from .suites import read_suite, report_args, run_pytest, stages_of
 from .table import write_table
-from .upstream import fetch_sdist, fetch_wheel, read_pin
-from .wheel import build_wheel, fork_version
+from .upstream import fetch_sdist, fetch_wheel, read_pin, verify_pin
+from .wheel import build_wheel, built_wheel, fork_version, wheel_is_installed
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,9 +39,12 @@ def _tree(args) -> Path:
 
 
 def _ensure_tree(args, pin) -> Path:
-    """The materialized tree, rebuilt when the series changed since."""
+    """The materialized tree, rebuilt when the pin or the series changed
+    since.  The pinned files are verified first, every time: a tree that
+    exists says nothing about whether the pin still names its sdist."""
+    verify_pin(args.root, pin, args.sdist, args.wheel)
     tree = _tree(args)
-    if not gitops.is_current(args.root, tree):
+    if not gitops.is_current(args.root, tree, pin):
         sdist = fetch_sdist(args.root, pin, args.sdist)
         head = gitops.materialize(args.root, pin, sdist, tree)
         print(f"materialized {tree} at {head[:12]}")
@@ -87,22 +91,48 @@ def cmd_build(args) -> Path:
     pin = read_pin(args.root)
     tree = _ensure_tree(args, pin)
     wheel = fetch_wheel(args.root, pin, args.wheel)
-    print(f"building {fork_version(pin, tree)} from {wheel.name}", flush=True)
-    out = build_wheel(pin, tree, wheel, args.root / "dist")
+    version = fork_version(pin, tree)
+    dist = args.root / "dist"
+    out = built_wheel(pin, tree, dist)
+    if out is not None:
+        print(f"up to date: {out} (series and pin unchanged)")
+        return out
+    print(f"building {version} from {wheel.name}", flush=True)
+    out = build_wheel(pin, tree, wheel, dist)
     print(f"built {out}")
     return out
 
 
+def _pip_install(*args: str) -> None:
+    """``pip install --quiet ARGS`` into this Python."""
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", *args]
+    subprocess.run(cmd, check=True)
+
+
+def _installed_vllm() -> importlib.metadata.Distribution | None:
+    """The vllm distribution this Python imports, or None."""
+    try:
+        return importlib.metadata.distribution("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def cmd_install(args) -> int:
+    """Build the fork wheel and install it when the installed vllm is not
+    exactly its files (another version, or the same version string with
+    other bytes, which pip alone would keep)."""
     out = cmd_build(args)
-    pip = [sys.executable, "-m", "pip", "install", "--quiet"]
-    subprocess.run([*pip, str(out)], check=True)
     version = out.name.split("-")[1]
-    installed = importlib.metadata.version("vllm")
-    if installed != version:
-        # Same version string already installed: reinstall our bytes.
-        subprocess.run([*pip, "--force-reinstall", "--no-deps", str(out)], check=True)
-    print(f"installed vllm {version} into {sys.prefix}")
+    if wheel_is_installed(out, _installed_vllm()):
+        print(f"vllm {version} is installed in {sys.prefix} (same files)")
+    else:
+        _pip_install(str(out))  # with its dependencies
+        if not wheel_is_installed(out, _installed_vllm()):
+            # Same version string already installed: reinstall our bytes.
+            _pip_install("--force-reinstall", "--no-deps", str(out))
+        if not wheel_is_installed(out, _installed_vllm()):
+            raise ForkError(f"pip did not install the files of {out}")
+        print(f"installed vllm {version} into {sys.prefix}")
     cmd_status(args)
     return 0
 
@@ -169,11 +199,7 @@ def cmd_test(args) -> int:
         shutil.copytree(tree / folder, testroot / folder)
     shutil.copy2(tree / "pyproject.toml", testroot / "pyproject.toml")
     suite_file = "gpu_suite.txt" if args.gpu else "cpu_suite.txt"
-    suite = [
-        line.strip()
-        for line in (args.root / "forktool" / suite_file).read_text().splitlines()
-        if line.strip() and not line.lstrip().startswith("#")
-    ]
+    suite = read_suite(args.root / "forktool" / suite_file, args.stage)
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
     if args.gpu:
         probe = subprocess.run(
@@ -204,13 +230,18 @@ def cmd_test(args) -> int:
         "pytest",
         "-p",
         "no:cacheprovider",
-        "-q",
-        "-ra",
+        *report_args(args.gpu),
         *args.pytest_args,
         *suite,
     ]
     print(f"+ (cd {testroot} && python {' '.join(cmd[1:])})", flush=True)
-    rc = subprocess.run(cmd, cwd=testroot, env=env).returncode
+    rc = run_pytest(cmd, testroot, env, args.time_limit)
+    if rc == 124:
+        print(
+            f"forktool test: error: the run took longer than {args.time_limit:.0f} s",
+            file=sys.stderr,
+        )
+        return 1
     if rc == 5:
         print("forktool test: error: pytest collected no tests", file=sys.stderr)
         return 1
@@ -255,6 +286,20 @@ def main(argv: list[str] | None = None) -> int:
         "--allow-no-gpu",
         action="store_true",
         help="with --gpu: skip (exit 0) instead of failing when CUDA is unusable",
+    )
+    test.add_argument(
+        "--stage",
+        default=None,
+        help="run one named stage of the suite file (gpu_suite.txt: "
+        + ", ".join(stages_of(ROOT / "forktool" / "gpu_suite.txt"))
+        + ")",
+    )
+    test.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        help="seconds; past them pytest is interrupted (it still prints the "
+        "results so far) and the run fails",
     )
     test.add_argument("pytest_args", nargs="*", help="extra pytest arguments")
     exp = sub.add_parser("export")

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+from datetime import datetime
 from pathlib import Path
 
 from .errors import ForkError
@@ -78,9 +79,11 @@ def _ident_env(author: str, date: str) -> dict:
     }
 
 
-def series_digest(series: Series) -> str:
-    """Digest of everything that goes into the fork tree."""
+def series_digest(series: Series, pin: Pin) -> str:
+    """Digest of everything that goes into the fork tree: the pinned sdist
+    and the series (patches and added files)."""
     h = hashlib.sha256()
+    h.update(f"{pin.tag}\0{pin.sdist}\0{pin.sdist_sha256}\0".encode())
     for p in series.patches:
         h.update((series.root / "patches" / p.name).read_bytes())
         for f in p.added_files:
@@ -140,7 +143,8 @@ def _apply(repo: Path, patch: Patch) -> None:
     corrupt = re.search(r"corrupt patch at line (\d+)", err)
     if corrupt:
         # git counts lines of the diff part and may point past its end; name
-        # the hunk it was reading, by its line in the patch file.
+        # the hunk it was reading, by its line in the patch file (and leave
+        # git's own line number out: it is not a line of the patch file).
         diff_lines = patch.diff.splitlines()
         upto = diff_lines[: int(corrupt.group(1))]
         offset = patch.render().splitlines().index(diff_lines[0])
@@ -150,7 +154,7 @@ def _apply(repo: Path, patch: Patch) -> None:
             f"patch {patch.name} is corrupt in the hunk at line "
             f"{hunk + offset + 1} of patches/{patch.name} "
             f"({files[-1] if files else 'first file'}): its header's line counts "
-            f"do not match its lines, or a line lost its leading space\n{err}"
+            "do not match its lines, or a line lost its leading space"
         )
     m = re.search(r"patch failed: (.+?):(\d+)", err)
     if m:
@@ -232,7 +236,7 @@ def materialize(root: Path, pin: Pin, sdist: Path, out: Path) -> str:
         for patch in series.patches:
             _apply(tmp, patch)
             _commit(tmp, root, patch)
-        (tmp / STAMP).write_text(series_digest(series) + "\n")
+        (tmp / STAMP).write_text(series_digest(series, pin) + "\n")
         head = git(tmp, "rev-parse", "HEAD").stdout.strip()
         if out.exists():
             old = out.with_name(out.name + ".old")
@@ -264,12 +268,13 @@ def _remove_stale_partials(out: Path) -> None:
         shutil.rmtree(partial, ignore_errors=True)
 
 
-def is_current(root: Path, tree: Path) -> bool:
-    """Whether ``tree`` was materialized from the series as it is now."""
+def is_current(root: Path, tree: Path, pin: Pin) -> bool:
+    """Whether ``tree`` was materialized from the pin and series as they are
+    now."""
     stamp = tree / STAMP
     if not stamp.is_file():
         return False
-    return stamp.read_text().strip() == series_digest(read_series(root))
+    return stamp.read_text().strip() == series_digest(read_series(root), pin)
 
 
 def series_commits(tree: Path, tag: str) -> list[str]:
@@ -309,6 +314,19 @@ def export(tree: Path, tag: str, dest: Path, count: int | None = None) -> list[P
     return sorted(dest.glob("*.patch"))
 
 
+def in_order(date: str, previous: str | None) -> str:
+    """``date``, or ``previous`` when ``date`` is earlier (ISO 8601 dates).
+
+    A commit written before the one it now follows (a reordering rebase)
+    takes its predecessor's date, so the saved and exported series reads in
+    date order.
+    """
+    if previous is None:
+        return date
+    earlier = datetime.fromisoformat(date) < datetime.fromisoformat(previous)
+    return previous if earlier else date
+
+
 def _meta_of(tree: Path, commit: str) -> tuple[dict[str, str], list[str]]:
     res = git(tree, "notes", "--ref", NOTES_REF, "show", commit, check=False)
     if res.returncode != 0:
@@ -329,9 +347,12 @@ def save(root: Path, tree: Path, tag: str) -> list[str]:
     commits = series_commits(tree, tag)
     old = read_series(root) if (root / "patches" / "series").exists() else None
     patches: list[Patch] = []
+    previous_date = None
     for i, c in enumerate(commits, 1):
         fmt = git(tree, "log", "-1", "--format=%an <%ae>%n%aI%n%B", c).stdout
         author, date, message = fmt.split("\n", 2)
+        date = in_order(date, previous_date)
+        previous_date = date
         subject, _, body = message.partition("\n")
         status = git(tree, "diff", "--no-renames", "--name-status", f"{c}^", c)
         added, changed = [], []

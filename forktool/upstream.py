@@ -57,12 +57,21 @@ def read_pin(root: Path) -> Pin:
         raise ForkError(f"{path}: malformed pin file ({e})") from None
 
 
+# sha256 of files already hashed in this process, by (path, size, mtime):
+# one command verifies the 300 MB wheel once, not once per step.
+_HASHED: dict[tuple[str, int, int], str] = {}
+
+
 def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _HASHED:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        _HASHED[key] = h.hexdigest()
+    return _HASHED[key]
 
 
 def verify(path: Path, expected: str) -> None:
@@ -72,6 +81,19 @@ def verify(path: Path, expected: str) -> None:
             f"{path}: sha256 mismatch\n  expected {expected}\n  got      {got}\n"
             "refusing to use it (see requirements/upstream.toml)"
         )
+
+
+def verify_pin(root: Path, pin: Pin, sdist: Path | None, wheel: Path | None) -> None:
+    """Check the pinned upstream files against the pin's sha256.
+
+    The sdist is fetched when it is not cached (every command that needs the
+    fork tree needs it); the upstream wheel is checked when it is given or
+    cached, and left to :func:`fetch_wheel` otherwise.  Raises ForkError on
+    the first mismatch, so a wrong hash stops any command before it trusts
+    a tree or a wheel built from those files.
+    """
+    fetch_sdist(root, pin, sdist)
+    _given_or_cached(root, wheel, pin.wheel, pin.wheel_sha256, "wheel")
 
 
 def cache_dir(root: Path) -> Path:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
+import importlib.metadata
 import io
+import json
 import re
 import shutil
 import tempfile
@@ -21,7 +23,11 @@ from pathlib import Path
 
 from .errors import ForkError
 from .gitops import git, series_commits
-from .upstream import Pin
+from .upstream import Pin, sha256_of
+
+# Timestamp of the entries the fork wheel writes itself (upstream's entries
+# keep theirs), so that the same inputs give the same bytes.
+FIXED_DATE_TIME = (2026, 1, 1, 0, 0, 0)
 
 
 def fork_version(pin: Pin, tree: Path) -> str:
@@ -62,15 +68,81 @@ def changed_files(tree: Path, tag: str) -> tuple[list[str], list[str]]:
     return written, removed
 
 
+def _wheel_name(pin: Pin, version: str) -> str:
+    tag_part = pin.wheel[len(f"{pin.name}-{pin.version}") :]
+    return f"{pin.name}-{version}{tag_part}"
+
+
+def build_key(pin: Pin, tree: Path) -> str:
+    """What the fork wheel is made of: the fork tree's HEAD (the pinned sdist
+    and the series), the pinned upstream wheel, and this builder's code."""
+    head = git(tree, "rev-parse", "HEAD").stdout.strip()
+    h = hashlib.sha256()
+    h.update(f"{fork_version(pin, tree)}\0{head}\0{pin.wheel_sha256}\0".encode())
+    h.update(Path(__file__).read_bytes())
+    return h.hexdigest()
+
+
+def _stamp_of(wheel: Path) -> Path:
+    return wheel.with_name(f".{wheel.name}.build.json")
+
+
+def built_wheel(pin: Pin, tree: Path, dist: Path) -> Path | None:
+    """The fork wheel in ``dist`` when it was built from this tree, pin and
+    builder and its bytes are the ones that build wrote; else None."""
+    wheel = dist / _wheel_name(pin, fork_version(pin, tree))
+    stamp = _stamp_of(wheel)
+    if not (wheel.is_file() and stamp.is_file()):
+        return None
+    try:
+        recorded = json.loads(stamp.read_text())
+    except ValueError:
+        return None
+    if recorded.get("key") != build_key(pin, tree):
+        return None
+    return wheel if recorded.get("sha256") == sha256_of(wheel) else None
+
+
+def wheel_record(wheel: Path) -> set[tuple[str, str]]:
+    """(path, hash) of every file the wheel's RECORD lists with a hash."""
+    with zipfile.ZipFile(wheel) as z:
+        name = next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))
+        rows = csv.reader(io.StringIO(z.read(name).decode()))
+        return {(r[0], r[1]) for r in rows if len(r) >= 2 and r[1]}
+
+
+def wheel_is_installed(
+    wheel: Path, installed: importlib.metadata.Distribution | None
+) -> bool:
+    """Whether ``installed`` holds exactly the wheel's files: pip copies a
+    wheel's RECORD rows (path and sha256 of each file) into the installed
+    RECORD, so every row of the wheel must be there."""
+    if installed is None:
+        return False
+    text = installed.read_text("RECORD")
+    if text is None:
+        return False
+    rows = csv.reader(io.StringIO(text))
+    have = {(r[0], r[1]) for r in rows if len(r) >= 2 and r[1]}
+    return wheel_record(wheel) <= have
+
+
 def build_wheel(pin: Pin, tree: Path, upstream_wheel: Path, dist: Path) -> Path:
-    """Write the fork wheel into ``dist`` and return its path."""
+    """Write the fork wheel into ``dist`` and return its path.
+
+    The wheel is byte-reproducible: entries keep upstream's order and
+    timestamps, files the series adds follow in sorted order with a fixed
+    timestamp, and so does RECORD.  A stamp beside it (see
+    :func:`built_wheel`) lets the next build skip the work.
+    """
     version = fork_version(pin, tree)
     commit = "g" + git(tree, "rev-parse", "--short=9", "HEAD").stdout.strip()
     written, removed = changed_files(tree, pin.tag)
     old_info = f"{pin.name}-{pin.version}.dist-info/"
     new_info = f"{pin.name}-{version}.dist-info/"
     tag_part = pin.wheel[len(f"{pin.name}-{pin.version}") :]
-    out_name = f"{pin.name}-{version}{tag_part}"
+    out_name = _wheel_name(pin, version)
+    key = build_key(pin, tree)
     dist.mkdir(parents=True, exist_ok=True)
 
     replace = {p: (tree / p).read_bytes() for p in written}
@@ -112,7 +184,7 @@ def build_wheel(pin: Pin, tree: Path, upstream_wheel: Path, dist: Path) -> Path:
                     zout.writestr(new, data)
                     records.append((name, _record_hash(data), str(len(data))))
                 for name, data in sorted(replace.items()):
-                    new = zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0))
+                    new = zipfile.ZipInfo(name, date_time=FIXED_DATE_TIME)
                     new.external_attr = 0o644 << 16
                     zout.writestr(new, data, compress_type=zipfile.ZIP_DEFLATED)
                     records.append((name, _record_hash(data), str(len(data))))
@@ -137,13 +209,19 @@ def build_wheel(pin: Pin, tree: Path, upstream_wheel: Path, dist: Path) -> Path:
                 writer = csv.writer(buf, lineterminator="\n")
                 writer.writerows(records)
                 writer.writerow((new_info + "RECORD", "", ""))
-                zout.writestr(new_info + "RECORD", buf.getvalue())
+                # A plain name would take the current time: fix it.
+                record = zipfile.ZipInfo(new_info + "RECORD", FIXED_DATE_TIME)
+                record.external_attr = 0o644 << 16
+                zout.writestr(record, buf.getvalue(), zipfile.ZIP_DEFLATED)
             final = dist / out_name
             for old in dist.glob(f"{pin.name}-*{tag_part}"):
                 if old != final:
                     old.unlink()
+                    _stamp_of(old).unlink(missing_ok=True)
             tmp.chmod(0o644)
             shutil.move(tmp, final)
+            stamp = {"key": key, "sha256": sha256_of(final)}
+            _stamp_of(final).write_text(json.dumps(stamp) + "\n")
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
