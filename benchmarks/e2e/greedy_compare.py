@@ -21,6 +21,16 @@ greedy on the same KV dtype, and DFlash acceptance (vLLM's spec-decode
 metrics) is reported per KV dtype.  With a random drafter acceptance is near
 zero; it is reported, not judged.
 
+``--successor`` runs the successor test model instead (see spec_accept.py):
+its greedy choices have top-2 margins of 5-25 nats.  On the random model
+most margins are within a few BF16 steps, and a speculative run computes
+the same tokens in other shapes (verify batches through every GEMM, the
+GDN layers' speculative path, other attention kernels, other chunk
+boundaries in a batch): rounding that moves a logit by 0.3-1 nat, which
+the random model's flat margins turn into divergences that are not ties.
+Speculative-vs-plain comparisons are only meaningful on the successor
+model.
+
 Example (on a GPU)::
 
     python benchmarks/e2e/greedy_compare.py --results-dir benchmarks/results/e2e
@@ -37,6 +47,7 @@ from e2e_common import (
     engine_kwargs,
     engine_settings,
     ensure_models,
+    ensure_successor_model,
     first_divergence,
     kv_cache_report,
     log,
@@ -48,7 +59,7 @@ from e2e_common import (
     read_worker_path_counters,
     save_json,
     script_parser,
-    spawn,
+    spawn_all,
     spec_decode_stats,
 )
 
@@ -181,8 +192,17 @@ def plot(path: str, comparisons: dict, max_tokens: int) -> None:
     log(f"wrote {path}")
 
 
+def models(args: argparse.Namespace) -> tuple[str, str]:
+    """Target and drafter folders: the given ones, or the preset's (random
+    or, with ``--successor``, the successor model), written if missing."""
+    if not args.successor:
+        return ensure_models(args.model, args.drafter, "tiny", args.results_dir)
+    model = ensure_successor_model(args.model, args.results_dir, drafter=True)
+    return model, args.drafter or f"{model.rstrip('/')}-dflash"
+
+
 def run(args: argparse.Namespace) -> dict:
-    model, drafter = ensure_models(args.model, args.drafter, "tiny", args.results_dir)
+    model, drafter = models(args)
     prompts = make_prompts(args.prompt_lengths, model_vocab_size(model), seed=0)
     base = {
         "model": model,
@@ -198,11 +218,11 @@ def run(args: argparse.Namespace) -> dict:
         names.append(kv)
         if not args.no_dflash:
             names.append(f"{kv}+dflash")
-    results = {}
+    cfgs = []
     for name in names:
         kv, _, spec = name.partition("+")
-        cfg = dict(base, name=name, kv=kv, drafter=drafter if spec else None)
-        results[name] = spawn(os.path.abspath(__file__), cfg)
+        cfgs.append(dict(base, name=name, kv=kv, drafter=drafter if spec else None))
+    results = spawn_all(os.path.abspath(__file__), cfgs, args.parallel)
 
     pairs = [
         ("bf16-fa", "bf16-triton"),
@@ -223,6 +243,7 @@ def run(args: argparse.Namespace) -> dict:
             summary[key] = summarize(comparisons[key])
             log(f"{key}: {summary[key]}")
     report = {
+        "model": "successor" if args.successor else "random",
         "prompt_lengths": args.prompt_lengths,
         "max_tokens": args.max_tokens,
         "tie_nats": args.tie_nats,
@@ -261,6 +282,19 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--cuda-graphs", action="store_true", help="do not pass enforce_eager"
+    )
+    p.add_argument(
+        "--successor",
+        action="store_true",
+        help="run the successor test model (confident greedy choices) instead "
+        "of the random one",
+    )
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        help="engines run at once on the GPU (give each a share with "
+        "--kv-cache-memory-gib and a small --gpu-memory-utilization)",
     )
     return p
 

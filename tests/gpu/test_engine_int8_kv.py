@@ -11,6 +11,10 @@ process):
   0.26.0 overwrote Gated DeltaNet state there);
 - speculative (DFlash) greedy equals non-speculative greedy per KV dtype,
   except at ties, and spec-decode metrics are reported;
+
+The greedy comparisons run on the successor test model (top-2 margins of
+5-25 nats): on the random model a speculative run's other kernel shapes
+move logits by more than the tie margin, with BF16 as with INT8.
 - after the engine reports ready, the first long prefill and the first mixed
   decode + prefill step compile no INT8 attention kernel.
 """
@@ -57,6 +61,14 @@ def greedy_report(results_dir):
             "2500",
             "--max-tokens",
             "32",
+            "--successor",
+            # The four engines side by side, 1 GiB of KV cache each.
+            "--parallel",
+            "4",
+            "--kv-cache-memory-gib",
+            "1",
+            "--gpu-memory-utilization",
+            "0.1",
         ]
     )
     return greedy_compare.run(args)
