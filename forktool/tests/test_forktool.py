@@ -346,7 +346,11 @@ def test_gpu_suite_fails_without_cuda_unless_allowed(monkeypatch, capsys):
             raise AssertionError("the GPU suite must not start without CUDA")
         return real_run(cmd, *a, **kw)
 
+    def no_pytest(*a, **kw):
+        raise AssertionError("the GPU suite must not start without CUDA")
+
     monkeypatch.setattr(cli.subprocess, "run", fake_run)
+    monkeypatch.setattr(cli, "run_pytest", no_pytest)
     monkeypatch.setattr(cli, "fork_version", lambda pin, tree: "1")
     monkeypatch.setattr(cli.importlib.metadata, "version", lambda name: "1")
     root = Path(__file__).resolve().parents[2]

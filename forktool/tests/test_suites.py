@@ -1,0 +1,109 @@
+"""The suite files and how `forktool test` runs and reports them."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import forktool.__main__ as cli
+from forktool.errors import ForkError
+from forktool.suites import read_suite, report_args, run_pytest, stages_of
+
+ROOT = Path(__file__).resolve().parents[2]
+GPU_SUITE = ROOT / "forktool" / "gpu_suite.txt"
+
+
+def test_stages_select_their_lines_and_share_the_preamble(tmp_path: Path):
+    suite = tmp_path / "suite.txt"
+    suite.write_text(
+        "# comment\n--deselect=a.py::t\n\n[one]\na.py\n[two]\nb.py\nc.py::t\n"
+    )
+    assert stages_of(suite) == ["one", "two"]
+    assert read_suite(suite) == ["--deselect=a.py::t", "a.py", "b.py", "c.py::t"]
+    assert read_suite(suite, "two") == ["--deselect=a.py::t", "b.py", "c.py::t"]
+    with pytest.raises(ForkError, match=r"no stage 'three' \(stages: one, two\)"):
+        read_suite(suite, "three")
+
+
+def test_a_file_without_stages_reads_as_before():
+    lines = read_suite(ROOT / "forktool" / "cpu_suite.txt")
+    assert lines and not any(ln.startswith(("#", "[")) for ln in lines)
+
+
+def _gpu_test_ids() -> set[str]:
+    """``file::function`` of every test function under tests/gpu."""
+    ids = set()
+    for path in sorted((ROOT / "tests" / "gpu").glob("test_*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                ids.add(f"{path.relative_to(ROOT)}::{node.name}")
+    return ids
+
+
+def test_gpu_stages_cover_every_engine_test_once():
+    """A test added to tests/gpu must be put into a stage, or `make test-gpu
+    STAGE=...` would never run it."""
+    assert {"kernels", "engine", "spec"} <= set(stages_of(GPU_SUITE))
+    staged = [
+        arg
+        for stage in stages_of(GPU_SUITE)
+        for arg in read_suite(GPU_SUITE, stage)
+        if arg.startswith("tests/gpu/")
+    ]
+    assert sorted(staged) == sorted(_gpu_test_ids())
+
+
+def test_report_args():
+    assert report_args(gpu=True) == ["-v", "-rA"]
+    cpu = report_args(gpu=False)
+    assert "--disable-warnings" in cpu and "-q" in cpu
+    assert any(a.startswith("-Wignore:") for a in cpu)
+
+
+def test_gpu_stage_runs_verbose_with_time_limit(monkeypatch, capsys):
+    """`make test-gpu STAGE=engine`: only that stage's tests, each result
+    printed as it finishes, and the stage's time limit handed on."""
+    seen = {}
+
+    def fake_run_pytest(cmd, cwd, env, time_limit=None):
+        seen.update(cmd=cmd, time_limit=time_limit)
+        return 0
+
+    def fake_probe(cmd, *a, **kw):
+        return subprocess.CompletedProcess(cmd, 0, "True\n", "")
+
+    monkeypatch.setattr(cli, "run_pytest", fake_run_pytest)
+    monkeypatch.setattr(cli.subprocess, "run", fake_probe)
+    monkeypatch.setattr(cli, "fork_version", lambda pin, tree: "1")
+    monkeypatch.setattr(cli.importlib.metadata, "version", lambda name: "1")
+    monkeypatch.setattr(cli, "_ensure_tree", lambda args, pin: ROOT / "build" / "x")
+    monkeypatch.setattr(cli.shutil, "copytree", lambda *a, **kw: None)
+    monkeypatch.setattr(cli.shutil, "copy2", lambda *a, **kw: None)
+    argv = ["test", "--gpu", "--stage", "engine", "--time-limit", "480"]
+    assert cli.main(argv) == 0
+    cmd = seen["cmd"]
+    assert "-v" in cmd and "-rA" in cmd and seen["time_limit"] == 480
+    tests = [a for a in cmd if a.startswith("tests/")]
+    assert tests == read_suite(GPU_SUITE, "engine")
+    assert cli.main(["test", "--gpu", "--stage", "nope"]) == 2
+    assert "no stage 'nope'" in capsys.readouterr().err
+
+
+def test_time_limit_interrupts_pytest_and_keeps_its_summary(tmp_path, capfd):
+    """Past the limit pytest gets Ctrl-C: it still prints what ran."""
+    (tmp_path / "test_slow.py").write_text(
+        "import time\n\n"
+        "def test_fast():\n    pass\n\n"
+        "def test_slow():\n    time.sleep(60)\n"
+    )
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-rA"]
+    rc = run_pytest(cmd, tmp_path, dict(os.environ), time_limit=5)
+    out = capfd.readouterr()
+    assert rc == 124
+    assert "test_fast PASSED" in out.out and "KeyboardInterrupt" in out.out
+    assert "time limit of 5 s reached" in out.err
