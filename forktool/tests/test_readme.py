@@ -12,7 +12,16 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+# The capacity calculator's plan behind the README's 16 GB command.
+CARD_16GB = (
+    ROOT
+    / "results"
+    / "capacity"
+    / "kv_cache_capacity_qwen3_5_27b_16gb_card_util095.json"
+)
+DRAFTER = "z-lab/Qwen3.5-27B-DFlash"
 
 PARSE = r"""
 import json, shlex, sys
@@ -29,6 +38,7 @@ print(json.dumps({
     "max_model_len": args.max_model_len,
     "speculative_config": args.speculative_config,
     "tensor_parallel_size": args.tensor_parallel_size,
+    "gpu_memory_utilization": args.gpu_memory_utilization,
 }))
 """
 
@@ -44,32 +54,58 @@ def serve_commands() -> list[str]:
     ]
 
 
-def test_readme_shows_serving_with_and_without_dflash_and_on_two_gpus():
+def card_16gb_max_model_len() -> int:
+    """max_model_len of the fork's INT8 + DFlash plan for the 16 GB card."""
+    plans = json.loads(CARD_16GB.read_text())["plans"]
+    (plan,) = [
+        p
+        for p in plans
+        if p["planner"] == "planned"
+        and p["kv_cache_dtype"] == "int8_per_token_head"
+        and p["drafter"]
+    ]
+    return plan["max_model_len"]
+
+
+def test_readme_shows_serving_with_and_without_dflash_on_two_gpus_and_16gb():
     commands = serve_commands()
-    assert len(commands) == 3
+    assert len(commands) == 4
     assert "dflash" not in commands[0] and "dflash" in commands[1]
     assert "--tensor-parallel-size 2" in commands[2]
+    assert "--gpu-memory-utilization 0.95" in commands[3] and "dflash" in commands[3]
 
 
-@pytest.mark.parametrize("index", [0, 1, 2])
+def test_readme_quotes_the_16gb_context_of_the_capacity_calculator():
+    """The 16 GB command's --max-model-len is the calculator's figure, and
+    the README says where it comes from."""
+    length = card_16gb_max_model_len()
+    assert f"--max-model-len {length}" in serve_commands()[3]
+    assert CARD_16GB.name in README.read_text()
+
+
+@pytest.mark.parametrize("index", [0, 1, 2, 3])
 def test_readme_serve_command_parses(index):
     pytest.importorskip("vllm")
-    command = serve_commands()[index].replace("<DFlash drafter>", "org/drafter")
     out = subprocess.run(
-        [sys.executable, "-c", PARSE, command],
+        [sys.executable, "-c", PARSE, serve_commands()[index]],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     parsed = json.loads(out.stdout.strip().splitlines()[-1])
-    assert parsed["model"] == "Qwen/Qwen3.5-27B"
     assert parsed["kv_cache_dtype"] == "int8_per_token_head"
     assert parsed["attention_backend"].endswith("TRITON_ATTN")
-    assert parsed["max_model_len"] == 131072
     assert parsed["tensor_parallel_size"] == (2 if index == 2 else 1)
+    if index == 3:
+        assert parsed["max_model_len"] == card_16gb_max_model_len()
+        assert parsed["gpu_memory_utilization"] == 0.95
+    else:
+        assert parsed["model"] == "Qwen/Qwen3.5-27B"
+        assert parsed["max_model_len"] == 131072
     spec = parsed["speculative_config"]
-    if index == 1:
+    if index in (1, 3):
         assert spec["method"] == "dflash" and spec["num_speculative_tokens"] == 5
+        assert spec["model"] == DRAFTER
     else:
         assert spec is None
