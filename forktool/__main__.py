@@ -224,6 +224,12 @@ def cmd_test(args) -> int:
         # Triton kernels run on the CPU interpreter; an empty
         # CUDA_VISIBLE_DEVICES keeps vLLM's triton_utils from disabling Triton.
         env.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+        # Upstream's tests build ModelConfig from hub model names: their
+        # configs come from a local cache (forktool/hf_cache.py), offline.
+        from . import hf_cache
+
+        hf_home = hf_cache.write_hf_cache(args.root / "build" / "hf-home")
+        env.update(hf_cache.offline_env(hf_home))
     cmd = [
         sys.executable,
         "-m",
