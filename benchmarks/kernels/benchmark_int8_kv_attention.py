@@ -50,24 +50,24 @@ except ImportError:
 
 DEVICE = "cuda"
 G = split_kv.Int8SplitKVGeometry
-# Geometries tried by --select, by the table's row classes (rows = query
+# Geometries tried by --select, by the tables' row classes (rows = query
 # heads per KV head x query tokens).
 SELECT_CANDIDATES = {
     16: [G(32, 128, 2, 2, 16), G(64, 128, 2, 2, 16), G(32, 64, 4, 2, 16)],
-    64: [
-        G(32, 64, 2, 2, 32),
-        G(32, 64, 8, 2, 64),
-        G(16, 64, 8, 2, 64),
-        G(64, 64, 8, 2, 64),
+    32: [
         G(32, 64, 4, 2, 32),
+        G(32, 64, 4, 2, 32, swap_ab=True),
+        G(32, 64, 2, 2, 32),
     ],
     256: [
-        G(32, 32, 2, 2, 32),
-        G(32, 32, 8, 2, 64),
-        G(64, 32, 8, 2, 64),
+        G(32, 64, 4, 2, 64, swap_ab=True),
+        G(32, 64, 4, 3, 64, swap_ab=True),
+        G(16, 64, 4, 2, 64, swap_ab=True),
+        G(32, 64, 4, 2, 32, swap_ab=True),
         G(32, 32, 4, 2, 32),
     ],
 }
+SELECT_QUERY_LENS = {16: 1, 32: 4, 256: 6}
 
 
 class Case:
@@ -325,8 +325,8 @@ def run_case(args, case, rows, geometry=None, only=None, errors=True):
                 case.batch,
                 case.batch * case.qlen,
                 split_kv.MAX_PARTIALS,
-                case.nq // case.nkv,
-                case.bs,
+                num_queries_per_kv=case.nq // case.nkv,
+                num_kv_heads=case.nkv,
             )
             row["geometry"] = dataclasses.asdict(geo)
         if exact is not None:
@@ -349,7 +349,7 @@ def select(args, rows):
     """Time SELECT_CANDIDATES on 128K contexts; returns the best per class."""
     best = {}
     for max_rows, candidates in SELECT_CANDIDATES.items():
-        qlen = {16: 1, 64: 6, 256: 16}[max_rows]
+        qlen = SELECT_QUERY_LENS[max_rows]
         totals = {}
         for block_size in args.select_block_sizes:
             case = Case(args, 1, 131072, qlen, block_size)
@@ -378,12 +378,14 @@ def main():
     parser.add_argument(
         "--contexts", type=int, nargs="+", default=[8192, 32768, 65536, 131072]
     )
-    parser.add_argument("--query-lens", type=int, nargs="+", default=[1, 2, 6, 12, 16])
+    parser.add_argument(
+        "--query-lens", type=int, nargs="+", default=[1, 2, 4, 6, 8, 12, 16]
+    )
     parser.add_argument(
         "--block-sizes",
         type=int,
         nargs="+",
-        default=[16],
+        default=[16, 1600],
         help="tokens per cache block (Qwen3.5-27B with an INT8 cache: 1600)",
     )
     parser.add_argument("--num-q-heads", type=int, default=24)
@@ -401,7 +403,9 @@ def main():
     )
     parser.add_argument("--with-unified", action="store_true")
     parser.add_argument("--no-errors", action="store_true")
-    parser.add_argument("--quick", action="store_true", help="batch 1, 32K/128K")
+    parser.add_argument(
+        "--quick", action="store_true", help="32K and 128K contexts only"
+    )
     parser.add_argument(
         "--select",
         action="store_true",
@@ -428,7 +432,7 @@ def main():
         plot(result["rows"], args.replot.removesuffix(".json") + ".png", result["gpu"])
         return
     if args.quick:
-        args.batch_sizes, args.contexts = [1], [32768, 131072]
+        args.contexts = [32768, 131072]
 
     gpu = current_platform.get_device_name()
     rows: list[dict] = []
@@ -445,14 +449,14 @@ def main():
     print(f"{gpu}: copy bandwidth {result['copy_tbps']} TB/s", flush=True)
     if args.select:
         best = select(args, rows)
-        split_kv.GEOMETRY_TABLE = tuple(
+        major = current_platform.get_device_capability().major
+        table = tuple(
             (16 * split_kv.MAX_QUERY_LEN if r == 256 else r, g)
             for r, g in sorted(best.items())
         )
-        result["table"] = [
-            (r, dataclasses.asdict(g)) for r, g in split_kv.GEOMETRY_TABLE
-        ]
-        print("table", split_kv.GEOMETRY_TABLE, flush=True)
+        split_kv.GEOMETRY_TABLES[major] = table
+        result["table"] = [(r, dataclasses.asdict(g)) for r, g in table]
+        print("table", table, flush=True)
     cases = [
         (qlen, ctx, batch, bs)
         for bs in args.block_sizes

@@ -29,6 +29,7 @@ from tests.kernels.attention.test_triton_int8_kv_attention import (
     LAYOUTS,
     NUM_HEADS,
     _make_inputs,
+    _quantize_int8_per_token_head,
     _unified_int8,
     hybrid_page_bytes,
     make_kv_cache_tensor,
@@ -36,10 +37,11 @@ from tests.kernels.attention.test_triton_int8_kv_attention import (
 )
 from vllm.v1.attention.backends.triton_attn import int8_per_token_head_planar_views
 from vllm.v1.attention.ops.triton_int8_split_kv_attention import (
-    GEOMETRY_TABLE,
+    GEOMETRY_TABLES,
     MAX_PARTIALS,
     MAX_QUERY_LEN,
     Int8SplitKVGeometry,
+    geometry_table,
     int8_split_kv_attention,
     select_int8_split_kv_geometry,
 )
@@ -166,9 +168,13 @@ def test_int8_split_kv_many_blocks(head_size):
         Int8SplitKVGeometry(16, 32, 2, 2, 16),
         Int8SplitKVGeometry(64, 4, 4, 2, 32),
         Int8SplitKVGeometry(32, 8, 8, 2, 64),
-        # The table's entries with at most 32 segments (22 tokens must fit
+        # Every table's entries with at most 32 segments (22 tokens must fit
         # the 1024 partial slots).
-        *(dataclasses.replace(g, num_segments=32) for _, g in GEOMETRY_TABLE),
+        *dict.fromkeys(
+            dataclasses.replace(g, num_segments=32)
+            for table in GEOMETRY_TABLES.values()
+            for _, g in table
+        ),
     ],
 )
 @torch.inference_mode()
@@ -188,6 +194,78 @@ def test_int8_split_kv_geometries(geometry):
         geometry=geometry,
     )
     torch.testing.assert_close(output, ref, atol=1.5e-2, rtol=1e-2)
+
+
+# ((query heads, KV heads), head size): GQA groups of 1, 4, 6 and 8.
+VERIFY_SHAPES = (
+    [
+        (heads, head_size)
+        for heads in [(2, 2), (8, 2), (12, 2), (16, 2)]
+        for head_size in [64, 128, 256]
+    ]
+    if FULL
+    else [((2, 2), 64), ((12, 2), 64), ((12, 2), 256)]
+)
+VERIFY_GEOMETRIES = [
+    # One program per (request, KV head): tokens on the MMA M axis.
+    Int8SplitKVGeometry(32, 8, 4, 2, 128, swap_ab=True),
+    # Query tokens spread over programs of at most 32 rows; tiles that
+    # straddle 16-token blocks.
+    Int8SplitKVGeometry(64, 4, 8, 2, 32, swap_ab=True),
+]
+
+
+@pytest.mark.parametrize("geometry", VERIFY_GEOMETRIES)
+@pytest.mark.parametrize(("num_heads", "head_size"), VERIFY_SHAPES)
+@torch.inference_mode()
+def test_int8_split_kv_verify(num_heads, head_size, geometry):
+    """Speculative verify steps: ragged query lengths in one batch (16, 1,
+    5 and 9 tokens), odd context lengths that straddle blocks, tiles and
+    segments, against fp32 attention on the K/V the cache was quantised
+    from (within the INT8 quantisation error) and on the dequantised cache
+    (within the kernel's own rounding)."""
+    torch.set_default_device(DEVICE_TYPE)
+    torch.manual_seed(11)
+    num_query_heads, num_kv_heads = num_heads
+    query_lens = [16, 1, 5, 9]
+    kv_lens = [77, 18, 300, 1001] if FULL else [77, 18, 150, 45]
+    num_blocks = 256
+    kv_cache = make_kv_cache_tensor(num_blocks, num_kv_heads, head_size)
+    views = int8_per_token_head_planar_views(kv_cache, head_size)
+    exact = []
+    for data_view, scale_view in ((views[0], views[2]), (views[1], views[3])):
+        x = torch.randn(num_blocks, BLOCK_SIZE, num_kv_heads, head_size)
+        data, scale = _quantize_int8_per_token_head(x)
+        data_view.copy_(data)
+        scale_view.copy_(scale)
+        exact.append((x, data.float() * scale[..., None]))
+    query = torch.randn(sum(query_lens), num_query_heads, head_size, dtype=DTYPE)
+    cu_query_lens = torch.tensor([0] + query_lens).cumsum(0, dtype=torch.int32)
+    # Distinct blocks per request, in random order.
+    block_tables = torch.randperm(num_blocks, dtype=torch.int32)[
+        : len(kv_lens) * 64
+    ].view(len(kv_lens), 64)
+    output = _split_kv(
+        query,
+        views[:4],
+        cu_query_lens,
+        block_tables,
+        query_lens,
+        kv_lens,
+        geometry=geometry,
+    )
+    ref_args = (query_lens, kv_lens, block_tables, head_size**-0.5)
+    ref_exact = ref_paged_attn(query, exact[0][0], exact[1][0], *ref_args)
+    ref_deq = ref_paged_attn(query, exact[0][1], exact[1][1], *ref_args)
+    torch.testing.assert_close(output, ref_deq.to(DTYPE), atol=1.5e-2, rtol=1e-2)
+
+    def rel_err(out, ref):
+        return ((out.float() - ref).norm() / ref.norm()).item()
+
+    # Per-token INT8 K/V on random data is ~1% off exact attention; the
+    # kernel adds only bf16/fp16 rounding to that.
+    assert rel_err(output, ref_exact) < 0.03
+    assert rel_err(output, ref_deq) < 0.01
 
 
 @pytest.mark.parametrize(
@@ -347,29 +425,66 @@ def test_int8_split_kv_rejects_bad_input():
         )
 
 
-def test_int8_split_kv_geometry_table():
+@pytest.mark.parametrize("capability_major", sorted(GEOMETRY_TABLES))
+def test_int8_split_kv_geometry_table(capability_major):
+    """The selector returns its family's entry for the step's query rows,
+    with a power-of-two number of segments that fits the scratch buffers;
+    on Hopper, verify steps of more than 32 rows take the swapped kernel."""
+    table = GEOMETRY_TABLES[capability_major]
     for max_query_len in range(1, MAX_QUERY_LEN + 1):
+        rows = 6 * max_query_len
+        entry = next(g for r, g in table if rows <= r)
         for max_seq_len in (1, 100, 8192, 131072):
             for num_seqs in (1, 8, 256):
-                for block_size in (16, 48, 208, 1600):
-                    num_tokens = num_seqs * max_query_len
-                    geo = select_int8_split_kv_geometry(
-                        max_query_len,
-                        max_seq_len,
-                        num_seqs,
-                        num_tokens,
-                        MAX_PARTIALS,
-                        6,
-                        block_size,
-                    )
-                    segs = geo.num_segments
-                    assert segs & (segs - 1) == 0
-                    assert segs == 1 or segs * num_tokens <= MAX_PARTIALS
-                    # Tiles that straddle blocks are read in runs of >= 16.
-                    assert (
-                        block_size % geo.tile_size == 0
-                        or (block_size & -block_size) >= 16
-                    )
+                num_tokens = num_seqs * max_query_len
+                geo = select_int8_split_kv_geometry(
+                    max_query_len,
+                    max_seq_len,
+                    num_seqs,
+                    num_tokens,
+                    MAX_PARTIALS,
+                    num_queries_per_kv=6,
+                    num_kv_heads=4,
+                    capability_major=capability_major,
+                    num_sms=132,
+                )
+                segs = geo.num_segments
+                assert dataclasses.replace(geo, num_segments=entry.num_segments) == (
+                    entry
+                )
+                assert segs & (segs - 1) == 0 and segs <= entry.num_segments
+                assert segs == 1 or segs * num_tokens <= MAX_PARTIALS
+        if capability_major == 9:
+            assert entry.swap_ab == (rows > 32)
+
+
+def test_int8_split_kv_geometry_scales_with_the_sm_count():
+    """Segments fill the multiprocessors the device has: half as many on a
+    GPU with half the SMs, and the family's table when it is unknown."""
+
+    def select(num_sms, capability_major=9, max_query_len=1):
+        return select_int8_split_kv_geometry(
+            max_query_len,
+            131072,
+            1,
+            max_query_len,
+            MAX_PARTIALS,
+            num_queries_per_kv=6,
+            num_kv_heads=4,
+            capability_major=capability_major,
+            num_sms=num_sms,
+        )
+
+    for max_query_len in (1, 6):
+        full = select(132, max_query_len=max_query_len).num_segments
+        assert select(66, max_query_len=max_query_len).num_segments == full // 2
+        assert select(84, max_query_len=max_query_len).num_segments == full // 2
+    # Ampere/Ada keep the row-split kernel for every query length.
+    assert select(132, 8, max_query_len=6) == GEOMETRY_TABLES[8][1][1]
+    assert not select(132, 8, max_query_len=16).swap_ab
+    # Families without a table of their own take the nearest older one.
+    assert geometry_table(12) is GEOMETRY_TABLES[9]
+    assert geometry_table(7) is GEOMETRY_TABLES[8]
 
 
 def test_int8_split_kv_geometry_fills_the_gpu_with_fewer_kv_heads():
@@ -384,9 +499,11 @@ def test_int8_split_kv_geometry_fills_the_gpu_with_fewer_kv_heads():
             num_seqs,
             num_seqs * max_query_len,
             partials,
-            6,  # tensor parallelism keeps the query heads per KV head
-            16,
-            num_kv_heads,
+            # Tensor parallelism keeps the query heads per KV head.
+            num_queries_per_kv=6,
+            num_kv_heads=num_kv_heads,
+            capability_major=9,
+            num_sms=132,
         ).num_segments
 
     for num_kv_heads in (1, 2, 4, 8):
@@ -432,12 +549,18 @@ def _spill_bytes_offline(geometry, block_size, arch):
 
     from vllm.v1.attention.ops import triton_int8_split_kv_attention as mod
 
-    kernel = mod.kernel_int8_split_kv_attention
-    constants = dict(
-        num_query_heads=24,
-        NUM_QUERIES_PER_KV=6,
-        ROW_SPLITS=1,
-        BLOCK_M=geometry.block_m,
+    constants = dict(num_query_heads=24, NUM_QUERIES_PER_KV=6, ROW_SPLITS=1)
+    if geometry.swap_ab:
+        kernel = mod.kernel_int8_split_kv_verify
+        constants.update(
+            TOKENS_PER_PROGRAM=geometry.block_m // 6,
+            BLOCK_R=geometry.block_m,
+            EXACT_QK=geometry.exact_qk,
+        )
+    else:
+        kernel = mod.kernel_int8_split_kv_attention
+        constants.update(BLOCK_M=geometry.block_m)
+    constants.update(
         HEAD_SIZE=256,
         BLOCK_SIZE=block_size,
         TILE_SIZE=geometry.tile_size,
@@ -511,6 +634,18 @@ SPILL_ARCHS = (80, 86, 90)
 SPILL_BLOCK_SIZES = (16, 1600)
 
 
+# Every (arch, table entry) the selector can return.
+SPILL_ENTRIES = [
+    (arch, entry)
+    for arch in SPILL_ARCHS
+    for entry in range(len(geometry_table(arch // 10)))
+]
+# Known spills, in bytes per thread: the sm_80 decode entry (two registers),
+# and the sm_90 verify entry, whose query quantisation before the KV loop
+# and output store after it do not fit in registers (the loop itself does).
+ALLOWED_SPILL_BYTES = {(80, 0): 8, (90, 2): 256}
+
+
 def _table_spill_bytes() -> dict[str, int]:
     """Stack bytes of every table geometry x block size x arch.  Triton's
     interpreter (CPU CI) replaces the kernels, so compile in a subprocess
@@ -521,8 +656,8 @@ def _table_spill_bytes() -> dict[str, int]:
         "m = importlib.util.module_from_spec(spec)\n"
         "spec.loader.exec_module(m)\n"
         "print(json.dumps({f'{e}-{b}-{a}': m._spill_bytes_offline("
-        "m.GEOMETRY_TABLE[e][1], b, a) for e in range(len(m.GEOMETRY_TABLE)) "
-        "for b in m.SPILL_BLOCK_SIZES for a in m.SPILL_ARCHS}))\n"
+        "m.geometry_table(a // 10)[e][1], b, a) for a, e in m.SPILL_ENTRIES "
+        "for b in m.SPILL_BLOCK_SIZES}))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["CUDA_VISIBLE_DEVICES"] = ""
@@ -544,18 +679,16 @@ def table_spill_bytes():
 @pytest.mark.skipif(
     not _offline_toolchain(), reason="needs Triton's bundled ptxas and cuobjdump"
 )
-@pytest.mark.parametrize("arch", SPILL_ARCHS)
 @pytest.mark.parametrize("block_size", SPILL_BLOCK_SIZES)
-@pytest.mark.parametrize("entry", range(len(GEOMETRY_TABLE)))
-def test_geometry_table_does_not_spill(entry, block_size, arch, table_spill_bytes):
-    """Every geometry of the table compiles for SM86 (the RTX 30xx / A-series
-    cards this kernel serves) and Hopper without register spills; no GPU
-    needed.  On sm_80 the decode entry spills two registers (8 bytes per
-    thread); the spill-free alternatives (16-token tiles, one stage) are
-    not measured yet."""
+@pytest.mark.parametrize(("arch", "entry"), SPILL_ENTRIES)
+def test_geometry_table_does_not_spill(arch, entry, block_size, table_spill_bytes):
+    """Every geometry the selector can return compiles for its GPU family
+    (SM86: the RTX 30xx / A-series cards this kernel serves; Hopper) without
+    register spills beyond the known ones (ALLOWED_SPILL_BYTES); no GPU
+    needed."""
     spilled = table_spill_bytes[f"{entry}-{block_size}-{arch}"]
-    allowed = 8 if (arch, entry) == (80, 0) else 0
+    allowed = ALLOWED_SPILL_BYTES.get((arch, entry), 0)
     assert spilled <= allowed, (
-        f"{GEOMETRY_TABLE[entry][1]} spills {spilled} bytes per thread on "
-        f"sm_{arch} with {block_size}-token blocks"
+        f"{geometry_table(arch // 10)[entry][1]} spills {spilled} bytes per "
+        f"thread on sm_{arch} with {block_size}-token blocks"
     )

@@ -27,15 +27,22 @@ memory-bound: each step streams the whole context once.  The kernel here
   request into the rows of a tile (``BLOCK_M`` rows per program; larger
   verify steps spread their rows over programs that read the same K/V
   tiles through L2);
+* for larger verify steps, ``kernel_int8_split_kv_verify`` swaps the
+  operands instead (``S^T = K Q^T``, ``O^T += V^T P^T``): the KV tile is the
+  M axis of both dots and one program holds up to 64 query rows, so each
+  K/V tile is read and widened once for all of them;
 * rescales the output accumulator only when a row's running maximum grows
   by more than ``RESCALE_THRESHOLD`` (log2 units);
 * splits the context into segments processed by separate programs and
   merges them with a log-sum-exp reduction.
 
 The launch geometry is chosen in one place,
-:func:`select_int8_split_kv_geometry`, from ``GEOMETRY_TABLE``.
+:func:`select_int8_split_kv_geometry`, from the GPU family's table in
+``GEOMETRY_TABLES``.
 """
 
+import dataclasses
+import functools
 import os
 from dataclasses import dataclass
 
@@ -82,7 +89,15 @@ class Int8SplitKVGeometry:
         num_warps: Warps per program.
         num_stages: Software-pipelining depth of the KV loads.
         block_m: Query rows (query heads x query tokens) per program; a
-            request's rows are spread over ``cdiv(rows, block_m)`` programs.
+            request's rows are spread over ``cdiv(rows, block_m)`` programs
+            (with ``swap_ab``, whole query tokens per program).
+        swap_ab: One program holds every query row of a (request, KV head)
+            and puts the KV tile on the M axis of both dots, so each tile is
+            read and widened once (``kernel_int8_split_kv_verify``).
+        exact_qk: With ``swap_ab``, Q.K from two int8 parts of Q (exact to
+            fp32 rounding); otherwise from one (Q rounded to 8 bits).
+        max_registers: Registers per thread the compiler may use (0: its
+            own choice); fewer let more programs share a multiprocessor.
     """
 
     tile_size: int
@@ -90,29 +105,75 @@ class Int8SplitKVGeometry:
     num_warps: int
     num_stages: int
     block_m: int = 16
+    swap_ab: bool = False
+    exact_qk: bool = True
+    max_registers: int = 0
 
 
-# (largest number of query rows, geometry): the first entry whose row count
+# Geometry tables, one per GPU family (compute capability major version):
+# (largest number of query rows, geometry), the first entry whose row count
 # covers the step's ``num_queries_per_kv * max_query_len`` rows applies.
-# Chosen on an H200 (benchmarks/kernels/benchmark_int8_kv_attention.py
-# --select) among geometries that compile without register spills for sm_86
-# and sm_90 (test_geometry_table_does_not_spill; the decode entry spills 8
-# bytes per thread on sm_80).  Two-warp programs with 32-row verify tiles
-# were up to 30% faster on the H200 but spill on all three.
-GEOMETRY_TABLE: tuple[tuple[int, Int8SplitKVGeometry], ...] = (
+# Segment counts are for REFERENCE_SMS multiprocessors and REFERENCE_KV_HEADS
+# KV heads per request; select_int8_split_kv_geometry scales them.
+#
+# Hopper (sm_90), measured on an H200 (benchmarks/kernels/
+# benchmark_int8_kv_attention.py): verify steps of more than 32 rows put
+# every row of a KV head in one program (swap_ab; 64 rows at most, so 12-16
+# tokens x 6 heads take two programs), 1.3-1.6x faster than spreading them
+# over 32-row programs.  That entry spills about 240 bytes per thread in
+# the query quantisation before the KV loop and the store after it (the
+# loop itself stays in registers); every spill-free swap_ab geometry was
+# slower (64-token tiles, 32-row programs, 8 warps).
+_SM90_GEOMETRIES: tuple[tuple[int, Int8SplitKVGeometry], ...] = (
+    (16, Int8SplitKVGeometry(32, 128, 2, 2, 16)),
+    (32, Int8SplitKVGeometry(32, 64, 4, 2, 32)),
+    (16 * MAX_QUERY_LEN, Int8SplitKVGeometry(32, 64, 4, 2, 64, swap_ab=True)),
+)
+# Ampere and Ada (sm_80/86/89): no timings yet.  Geometries that compile
+# without register spills for sm_86 (the decode entry spills 8 bytes per
+# thread on sm_80) and fit its 99 KB of shared memory per block.
+_SM8X_GEOMETRIES: tuple[tuple[int, Int8SplitKVGeometry], ...] = (
     (16, Int8SplitKVGeometry(32, 128, 2, 2, 16)),
     (64, Int8SplitKVGeometry(32, 64, 4, 2, 32)),
     (16 * MAX_QUERY_LEN, Int8SplitKVGeometry(32, 32, 4, 2, 32)),
 )
+GEOMETRY_TABLES: dict[int, tuple[tuple[int, Int8SplitKVGeometry], ...]] = {
+    8: _SM8X_GEOMETRIES,
+    9: _SM90_GEOMETRIES,
+}
 
-
-# The table's segment counts fill the GPU with this many KV heads per
-# request (Qwen3.5-27B's 4).  Tensor parallelism leaves fewer on each rank,
-# so single-token decode gets proportionally more segments: with 2 KV heads
-# at 128K, 62.9 instead of 79.3 us on an H200.  Verify steps already launch
-# several row blocks per KV head and were slower with more segments (6
+# The tables' segment counts fill this many multiprocessors (an H200's)...
+REFERENCE_SMS = 132
+# ...with this many KV heads per request (Qwen3.5-27B's 4).  Tensor
+# parallelism leaves fewer on each rank, so single-token decode gets
+# proportionally more segments: with 2 KV heads at 128K, 62.9 instead of
+# 79.3 us on an H200.  Verify steps were slower with more segments (6
 # tokens at 128K: 184 instead of 171 us), so they keep the table's.
 REFERENCE_KV_HEADS = 4
+# Programs per multiprocessor beyond which larger batches get fewer segments.
+PROGRAMS_PER_SM = 8
+
+
+@functools.cache
+def _device_properties() -> tuple[int | None, int]:
+    """(compute capability major, multiprocessor count) of this device;
+    (None, REFERENCE_SMS) where the platform cannot tell (CPU tests)."""
+    if not current_platform.is_cuda_alike():
+        return None, REFERENCE_SMS
+    capability = current_platform.get_device_capability()
+    return (capability.major if capability else None), (
+        current_platform.num_compute_units()
+    )
+
+
+def geometry_table(
+    capability_major: int | None,
+) -> tuple[tuple[int, Int8SplitKVGeometry], ...]:
+    """The geometry table of a GPU family (the newest one when unknown)."""
+    if capability_major is None:
+        return GEOMETRY_TABLES[max(GEOMETRY_TABLES)]
+    known = [major for major in GEOMETRY_TABLES if major <= capability_major]
+    return GEOMETRY_TABLES[max(known) if known else min(GEOMETRY_TABLES)]
 
 
 def select_int8_split_kv_geometry(
@@ -121,18 +182,19 @@ def select_int8_split_kv_geometry(
     num_seqs: int,
     num_tokens: int,
     max_partials: int,
-    num_queries_per_kv: int = 6,
-    block_size: int = 16,
-    num_kv_heads: int = REFERENCE_KV_HEADS,
+    *,
+    num_queries_per_kv: int,
+    num_kv_heads: int,
+    capability_major: int | None = None,
+    num_sms: int | None = None,
 ) -> Int8SplitKVGeometry:
     """Choose the launch geometry for one split-KV launch.
 
+    The base geometry comes from the GPU family's table by query rows.
     Decode wants many segments: the grid must fill the GPU with only
-    ``num_seqs * num_kv_heads`` (request, KV head) pairs.  Verify packs more
-    query rows per KV head and spreads them over programs of ``block_m``
-    rows.  The base geometry comes from ``GEOMETRY_TABLE`` by query rows;
-    short contexts, large batches and the scratch size then cut the number
-    of segments.
+    ``num_seqs * num_kv_heads`` (request, KV head) pairs, so segments scale
+    with the multiprocessor count and, for decode, inversely with the KV
+    heads; short contexts, large batches and the scratch size then cut them.
 
     Only host integers are consulted, so the choice is fixed for a captured
     CUDA graph (captured with ``max_seq_len == max_model_len``).
@@ -144,15 +206,25 @@ def select_int8_split_kv_geometry(
         num_tokens: Number of query tokens (rows of ``q``).
         max_partials: (token, segment) slots in the scratch buffers.
         num_queries_per_kv: Query heads per KV head.
-        block_size: Tokens per cache block.
         num_kv_heads: KV heads of the layer (on this rank).
+        capability_major: GPU family (compute capability major); this
+            device's when None.
+        num_sms: Multiprocessors; this device's when None.
     """
+    if capability_major is None or num_sms is None:
+        device_major, device_sms = _device_properties()
+        capability_major = capability_major or device_major
+        num_sms = num_sms or device_sms
+    table = geometry_table(capability_major)
     rows = num_queries_per_kv * max_query_len
-    base = next((g for r, g in GEOMETRY_TABLE if rows <= r), GEOMETRY_TABLE[-1][1])
+    base = next((g for r, g in table if rows <= r), table[-1][1])
     # Tiles that straddle cache blocks are read in runs of the largest power
     # of two dividing the block size: at least 16 tokens for any block size
-    # the backend allows (a multiple of 16), so the table's tiles always fit.
-    tile_size, num_segments = base.tile_size, base.num_segments
+    # the backend allows (a multiple of 16), so the tables' tiles always fit.
+    tile_size = base.tile_size
+    # Fewer multiprocessors, fewer segments (a power of two, at least 1).
+    num_segments = base.num_segments * max(num_sms, 1) // REFERENCE_SMS
+    num_segments = 1 << max(num_segments, 1).bit_length() - 1
     # Decode with fewer KV heads: more segments, as many programs.
     if max_query_len == 1 and 0 < num_kv_heads < REFERENCE_KV_HEADS:
         num_segments <<= (REFERENCE_KV_HEADS // num_kv_heads).bit_length() - 1
@@ -161,21 +233,13 @@ def select_int8_split_kv_geometry(
         num_segments //= 2
     # Larger batches fill the GPU with requests; keep the grid ~constant.
     heads = max(num_kv_heads, 1)
-    while (
-        num_segments > 1
-        and num_seqs * heads * num_segments > 4 * 64 * REFERENCE_KV_HEADS
-    ):
+    max_programs = PROGRAMS_PER_SM * max(num_sms, 1)
+    while num_segments > 1 and num_seqs * heads * num_segments > max_programs:
         num_segments //= 2
     # Stay within the scratch buffers (num_segments is a power of two).
     while num_segments > 1 and num_tokens * num_segments > max_partials:
         num_segments //= 2
-    return Int8SplitKVGeometry(
-        tile_size,
-        num_segments,
-        base.num_warps,
-        base.num_stages,
-        base.block_m,
-    )
+    return dataclasses.replace(base, num_segments=num_segments)
 
 
 def _run_tokens(block_size: int, tile_size: int) -> int:
@@ -262,9 +326,11 @@ def _load_tile(
     TILE_SIZE: tl.constexpr,
     RUN: tl.constexpr,
     MASKED: tl.constexpr,
+    TOKENS_FIRST: tl.constexpr = False,
 ):
     """K (``[HEAD_SIZE, TILE_SIZE]``), V (``[TILE_SIZE, HEAD_SIZE]``) and
-    their scales for the tokens of one KV tile.
+    their scales for the tokens of one KV tile; with ``TOKENS_FIRST`` the
+    transposes, K ``[TILE_SIZE, HEAD_SIZE]`` and V ``[HEAD_SIZE, TILE_SIZE]``.
 
     A tile is read in runs of ``RUN`` tokens that lie inside one cache block
     (``RUN == TILE_SIZE`` when the tile divides the block): one block-table
@@ -302,12 +368,20 @@ def _load_tile(
         k_rows = tl.multiple_of(block * stride_page + slot * HEAD_SIZE, 16)
         v_cols = base + offs_t % RUN
         scale_offs = block * stride_scale_page + slot
-    k_ptrs = k_head_ptr + k_rows[None, :] + offs_d[:, None]
-    v_ptrs = v_head_ptr + v_cols[:, None] + offs_d[None, :] * BLOCK_SIZE
+    if TOKENS_FIRST:
+        k_ptrs = k_head_ptr + k_rows[:, None] + offs_d[None, :]
+        v_ptrs = v_head_ptr + v_cols[None, :] + offs_d[:, None] * BLOCK_SIZE
+    else:
+        k_ptrs = k_head_ptr + k_rows[None, :] + offs_d[:, None]
+        v_ptrs = v_head_ptr + v_cols[:, None] + offs_d[None, :] * BLOCK_SIZE
     if MASKED:
         valid = tile_start + offs_t < seq_len
-        K = tl.load(k_ptrs, mask=valid[None, :], other=0)
-        V = tl.load(v_ptrs, mask=valid[:, None], other=0)
+        if TOKENS_FIRST:
+            K = tl.load(k_ptrs, mask=valid[:, None], other=0)
+            V = tl.load(v_ptrs, mask=valid[None, :], other=0)
+        else:
+            K = tl.load(k_ptrs, mask=valid[None, :], other=0)
+            V = tl.load(v_ptrs, mask=valid[:, None], other=0)
         k_scale = tl.load(ks_head_ptr + scale_offs, mask=valid, other=0.0)
         v_scale = tl.load(vs_head_ptr + scale_offs, mask=valid, other=0.0)
     else:
@@ -500,6 +574,194 @@ def kernel_int8_split_kv_attention(
         tl.store(segm_expsum_ptr + partial, l_i, mask=row_mask)
 
 
+# Verify steps: every query row of a (request, KV head) in one program, with
+# the KV tile on the M axis of both dots (S^T = K Q^T, O^T += V^T P^T), so
+# each K/V tile is read and widened once however many rows share it.
+@triton.jit(do_not_specialize=["num_segments", "block_table_stride"])
+def kernel_int8_split_kv_verify(
+    out_ptr,  # [num_tokens, num_query_heads, HEAD_SIZE]
+    segm_out_ptr,  # [max_partials, num_query_heads, HEAD_SIZE] float32
+    segm_max_ptr,  # [max_partials, num_query_heads] float32
+    segm_expsum_ptr,  # [max_partials, num_query_heads] float32
+    q_ptr,  # [num_tokens, num_query_heads, HEAD_SIZE]
+    k_cache_ptr,  # int8 K rows (planar layout)
+    v_cache_ptr,  # int8 V, transposed per block (planar layout)
+    k_scale_ptr,  # fp32 K scales
+    v_scale_ptr,  # fp32 V scales
+    block_table_ptr,  # [num_seqs, max_num_blocks_per_seq] int32
+    seq_lens_ptr,  # [num_seqs] int32
+    query_start_loc_ptr,  # [num_seqs + 1] int32
+    qk_scale,  # softmax scale * log2(e)
+    num_segments,  # context segments per (request, KV head)
+    num_query_heads: tl.constexpr,
+    q_stride_0: tl.int64,
+    q_stride_1: tl.int64,
+    out_stride_0: tl.int64,
+    out_stride_1: tl.int64,
+    block_table_stride: tl.int64,
+    stride_page: tl.int64,  # bytes between cache blocks (K and V views)
+    stride_head: tl.int64,  # bytes between KV heads
+    stride_scale_page: tl.int64,  # fp32 words between cache blocks
+    stride_scale_head: tl.int64,  # fp32 words between KV heads
+    NUM_QUERIES_PER_KV: tl.constexpr,
+    ROW_SPLITS: tl.constexpr,  # programs that share one (request, KV head)
+    TOKENS_PER_PROGRAM: tl.constexpr,  # query tokens of each of them
+    BLOCK_R: tl.constexpr,  # >= TOKENS_PER_PROGRAM * NUM_QUERIES_PER_KV
+    HEAD_SIZE: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    TILE_SIZE: tl.constexpr,
+    RUN: tl.constexpr,
+    WIDEN: tl.constexpr,
+    EXACT_QK: tl.constexpr,  # Q as two int8 parts (exact) or one (7 bits)
+    P_LOG2_SCALE: tl.constexpr,  # P and l carry a factor 2**P_LOG2_SCALE
+    RESCALE_THRESHOLD: tl.constexpr,
+):
+    # The row splits of one (request, KV head) are adjacent program ids, so
+    # they run together and share each K/V tile through L2.
+    kv_head_idx = tl.program_id(0) // ROW_SPLITS
+    tok0 = tl.program_id(0) % ROW_SPLITS * TOKENS_PER_PROGRAM
+    seq_idx = tl.program_id(1)
+    segm_idx = tl.program_id(2)
+
+    q_start = tl.load(query_start_loc_ptr + seq_idx)
+    q_len = tl.load(query_start_loc_ptr + seq_idx + 1) - q_start
+    seq_len = tl.load(seq_lens_ptr + seq_idx)
+    if tok0 >= q_len:
+        return
+
+    # Row r (a column of the transposed tiles) is query token tok0 + r // G,
+    # query head kv_head_idx * G + r % G (G = NUM_QUERIES_PER_KV).
+    offs_r = tl.arange(0, BLOCK_R)
+    offs_d = tl.arange(0, HEAD_SIZE)
+    q_tok = tok0 + offs_r // NUM_QUERIES_PER_KV
+    q_head = kv_head_idx * NUM_QUERIES_PER_KV + offs_r % NUM_QUERIES_PER_KV
+    row_mask = (offs_r < TOKENS_PER_PROGRAM * NUM_QUERIES_PER_KV) & (q_tok < q_len)
+    token_idx = (q_start + q_tok).to(tl.int64)
+    # Causal within the query block: token i sees keys < seq_len - q_len + 1 + i.
+    kv_limit = seq_len - q_len + 1 + q_tok
+
+    # Q^T : (HEAD_SIZE, BLOCK_R), as int8 in units of s = max|Q| / 127 over
+    # all rows of the program: one scale keeps a row vector out of the loop,
+    # and the two-part form below leaves a row 100x smaller than the largest
+    # still within 1.6e-3 of its own |Q| x max|K|.
+    q_t = tl.load(
+        q_ptr
+        + token_idx[None, :] * q_stride_0
+        + q_head[None, :] * q_stride_1
+        + offs_d[:, None],
+        mask=row_mask[None, :],
+        other=0.0,
+    ).to(tl.float32)
+    q_amax = tl.max(tl.max(tl.abs(q_t), axis=1), axis=0)
+    q_scale = tl.where(q_amax > 0.0, q_amax / 127.0, 1.0)
+    q_t = q_t / q_scale
+    q_hi = tl.floor(q_t + 0.5)
+    if EXACT_QK:
+        # Q / s = q_hi + q_lo / 254: 254 * (K . q_hi) + K . q_lo is exact.
+        q_lo = tl.floor((q_t - q_hi) * 254.0 + 0.5).to(tl.int8)
+        qk_unit = q_scale * (qk_scale / 254.0)
+    else:
+        q_lo = q_hi.to(tl.int8)
+        qk_unit = q_scale * qk_scale
+    q_hi = q_hi.to(tl.int8)
+
+    num_tiles = tl.cdiv(seq_len, TILE_SIZE)
+    tiles_per_segment = tl.cdiv(num_tiles, num_segments)
+    tile_lo = segm_idx * tiles_per_segment
+    tile_hi = tl.minimum(tile_lo + tiles_per_segment, num_tiles)
+    full_hi = tl.minimum(tile_hi, (seq_len - q_len + 1) // TILE_SIZE)
+    full_hi = tl.maximum(full_hi, tile_lo)
+
+    # m_i: each row's softmax reference (log2 units; a finite sentinel until
+    # the row sees a key, so that S - m_i never computes -inf - -inf); l_i:
+    # the sum of P; acc: O^T in units of v_ref, as in kernel_int8_split_kv_attention.
+    m_i = tl.full([BLOCK_R], -3.0e38, tl.float32)
+    l_i = tl.zeros([BLOCK_R], tl.float32)
+    acc = tl.zeros([HEAD_SIZE, BLOCK_R], tl.float32)
+    v_ref = tl.full([], 1e-30, tl.float32)
+    block_table_row = block_table_ptr + seq_idx.to(tl.int64) * block_table_stride
+    k_head_ptr = k_cache_ptr + kv_head_idx * stride_head
+    v_head_ptr = v_cache_ptr + kv_head_idx * stride_head
+    ks_head_ptr = k_scale_ptr + kv_head_idx * stride_scale_head
+    vs_head_ptr = v_scale_ptr + kv_head_idx * stride_scale_head
+
+    for masked in tl.static_range(2):
+        lo = full_hi if masked else tile_lo
+        hi = tile_hi if masked else full_hi
+        for j in range(lo, hi):
+            K, V, k_scale, v_scale = _load_tile(
+                k_head_ptr,
+                v_head_ptr,
+                ks_head_ptr,
+                vs_head_ptr,
+                block_table_row,
+                stride_page,
+                stride_scale_page,
+                j,
+                seq_len,
+                HEAD_SIZE,
+                BLOCK_SIZE,
+                TILE_SIZE,
+                RUN,
+                masked,
+                True,
+            )
+            if EXACT_QK:
+                S = tl.dot(K, q_hi, out_dtype=tl.int32) * 254
+                S = tl.dot(K, q_lo, acc=S, out_dtype=tl.int32).to(tl.float32)
+            else:
+                S = tl.dot(K, q_hi, out_dtype=tl.int32).to(tl.float32)
+            S = S * (k_scale * qk_unit)[:, None]
+            if masked:
+                kv_pos = j * TILE_SIZE + tl.arange(0, TILE_SIZE)
+                S = tl.where(kv_pos[:, None] < kv_limit[None, :], S, float("-inf"))
+
+            # One reduction over the whole tile decides whether the reference
+            # moves: some row's maximum exceeds it by more than
+            # RESCALE_THRESHOLD, or a larger V scale arrives.
+            excess = tl.max(S - m_i[None, :], axis=1)
+            excess = tl.where(v_scale > v_ref, float("inf"), excess)
+            if tl.max(excess, axis=0) > RESCALE_THRESHOLD:
+                m_new = tl.maximum(m_i, tl.max(S, axis=0))
+                new_v_ref = tl.maximum(v_ref, tl.max(v_scale, axis=0))
+                alpha = tl.exp2(m_i - m_new)
+                l_i = l_i * alpha
+                acc = acc * (alpha * (v_ref / new_v_ref))[None, :]
+                m_i = m_new
+                v_ref = new_v_ref
+            # P <= 2**(P_LOG2_SCALE + RESCALE_THRESHOLD).
+            P = tl.exp2(S - (m_i - P_LOG2_SCALE)[None, :])
+            l_i += tl.sum(P, axis=0)
+            P_v = (P * (v_scale / v_ref)[:, None]).to(tl.float16)
+            acc = tl.dot(_int8_to_dot_operand(V, WIDEN), P_v, acc)
+
+    acc = acc * v_ref
+    if num_segments == 1:
+        inv_l = tl.where(l_i > 0.0, 1.0 / l_i, 0.0)
+        tl.store(
+            out_ptr
+            + token_idx[None, :] * out_stride_0
+            + q_head[None, :] * out_stride_1
+            + offs_d[:, None],
+            (acc * inv_l[None, :]).to(out_ptr.dtype.element_ty),
+            mask=row_mask[None, :],
+        )
+    else:
+        # Unnormalised partials; rows that saw no key store (-inf, 0, 0).
+        partial = (token_idx * num_segments + segm_idx) * num_query_heads + q_head
+        tl.store(
+            segm_out_ptr + partial[None, :] * HEAD_SIZE + offs_d[:, None],
+            acc,
+            mask=row_mask[None, :],
+        )
+        tl.store(
+            segm_max_ptr + partial,
+            tl.where(l_i > 0.0, m_i, float("-inf")),
+            mask=row_mask,
+        )
+        tl.store(segm_expsum_ptr + partial, l_i, mask=row_mask)
+
+
 @triton.jit(do_not_specialize=["num_seqs", "num_segments"])
 def kernel_int8_split_kv_reduce(
     out_ptr,  # [num_tokens, num_query_heads, HEAD_SIZE]
@@ -629,7 +891,9 @@ def int8_split_kv_attention(
         q: ``[num_tokens, num_query_heads, head_size]`` fp16/bf16.
         k_cache: ``[num_blocks, block_size, num_kv_heads, head_size]`` int8,
             planar: strides ``(page, head_size, head, 1)``, 16-byte aligned.
-        v_cache: Same layout as ``k_cache``.
+        v_cache: ``[num_blocks, block_size, num_kv_heads, head_size]`` int8,
+            planar, V stored transposed within each block: strides
+            ``(page, 1, head, block_size)``, 16-byte aligned.
         k_scale_cache: ``[num_blocks, block_size, num_kv_heads]`` float32,
             strides ``(page, 1, head)``.
         v_scale_cache: Same layout as ``k_scale_cache``.
@@ -698,9 +962,8 @@ def int8_split_kv_attention(
             num_seqs,
             num_tokens,
             segm_output.shape[0],
-            num_queries_per_kv,
-            block_size,
-            num_kv_heads,
+            num_queries_per_kv=num_queries_per_kv,
+            num_kv_heads=num_kv_heads,
         )
     num_segments = geometry.num_segments
     if num_segments & (num_segments - 1) or (
@@ -718,12 +981,31 @@ def int8_split_kv_attention(
             f"({tile_size} tokens)"
         )
     rows = num_queries_per_kv * max_query_len
-    # tl.dot needs at least 16 rows.
-    block_m = max(16, min(geometry.block_m, triton.next_power_of_2(rows)))
-    row_splits = triton.cdiv(rows, block_m)
-
-    grid = (num_kv_heads * row_splits, num_seqs, num_segments)
-    kernel_int8_split_kv_attention[grid](
+    common = dict(
+        num_query_heads=num_query_heads,
+        q_stride_0=q.stride(0),
+        q_stride_1=q.stride(1),
+        out_stride_0=out.stride(0),
+        out_stride_1=out.stride(1),
+        block_table_stride=block_table.stride(0),
+        stride_page=k_cache.stride(0),
+        stride_head=k_cache.stride(2),
+        stride_scale_page=k_scale_cache.stride(0),
+        stride_scale_head=k_scale_cache.stride(2),
+        NUM_QUERIES_PER_KV=num_queries_per_kv,
+        HEAD_SIZE=head_size,
+        BLOCK_SIZE=block_size,
+        TILE_SIZE=tile_size,
+        RUN=run,
+        WIDEN=2 if _PTX_WIDEN else 1,
+        P_LOG2_SCALE=P_LOG2_SCALE,
+        RESCALE_THRESHOLD=RESCALE_THRESHOLD,
+        num_warps=geometry.num_warps,
+        num_stages=geometry.num_stages,
+    )
+    if geometry.max_registers:
+        common["maxnreg"] = geometry.max_registers
+    args = (
         out,
         segm_output,
         segm_max,
@@ -736,31 +1018,33 @@ def int8_split_kv_attention(
         block_table,
         seqused_k,
         cu_seqlens_q,
-        softmax_scale * 1.4426950408889634,  # log2(e): the kernel uses exp2
+        softmax_scale * 1.4426950408889634,  # log2(e): the kernels use exp2
         num_segments,
-        num_query_heads=num_query_heads,
-        q_stride_0=q.stride(0),
-        q_stride_1=q.stride(1),
-        out_stride_0=out.stride(0),
-        out_stride_1=out.stride(1),
-        block_table_stride=block_table.stride(0),
-        stride_page=k_cache.stride(0),
-        stride_head=k_cache.stride(2),
-        stride_scale_page=k_scale_cache.stride(0),
-        stride_scale_head=k_scale_cache.stride(2),
-        NUM_QUERIES_PER_KV=num_queries_per_kv,
-        ROW_SPLITS=row_splits,
-        BLOCK_M=block_m,
-        HEAD_SIZE=head_size,
-        BLOCK_SIZE=block_size,
-        TILE_SIZE=tile_size,
-        RUN=run,
-        WIDEN=2 if _PTX_WIDEN else 1,
-        P_LOG2_SCALE=P_LOG2_SCALE,
-        RESCALE_THRESHOLD=RESCALE_THRESHOLD,
-        num_warps=geometry.num_warps,
-        num_stages=geometry.num_stages,
     )
+    if geometry.swap_ab:
+        # Whole query tokens per program, at most block_m rows (one token's
+        # heads at least), spread evenly over the programs of a KV head.
+        max_tokens = max(1, geometry.block_m // num_queries_per_kv)
+        row_splits = triton.cdiv(max_query_len, max_tokens)
+        tokens = triton.cdiv(max_query_len, row_splits)
+        kernel_int8_split_kv_verify[
+            (num_kv_heads * row_splits, num_seqs, num_segments)
+        ](
+            *args,
+            ROW_SPLITS=row_splits,
+            TOKENS_PER_PROGRAM=tokens,
+            # tl.dot needs at least 16 columns.
+            BLOCK_R=max(16, triton.next_power_of_2(tokens * num_queries_per_kv)),
+            EXACT_QK=geometry.exact_qk,
+            **common,
+        )
+    else:
+        # tl.dot needs at least 16 rows.
+        block_m = max(16, min(geometry.block_m, triton.next_power_of_2(rows)))
+        row_splits = triton.cdiv(rows, block_m)
+        kernel_int8_split_kv_attention[
+            (num_kv_heads * row_splits, num_seqs, num_segments)
+        ](*args, ROW_SPLITS=row_splits, BLOCK_M=block_m, **common)
     if num_segments > 1:
         head_block = min(64, head_size)
         kernel_int8_split_kv_reduce[
