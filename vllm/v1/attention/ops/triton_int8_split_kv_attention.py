@@ -120,10 +120,9 @@ class Int8SplitKVGeometry:
 # benchmark_int8_kv_attention.py): verify steps of more than 32 rows put
 # every row of a KV head in one program (swap_ab; 64 rows at most, so 12-16
 # tokens x 6 heads take two programs), 1.3-1.6x faster than spreading them
-# over 32-row programs.  That entry spills about 240 bytes per thread in
-# the query quantisation before the KV loop and the store after it (the
-# loop itself stays in registers); every spill-free swap_ab geometry was
-# slower (64-token tiles, 32-row programs, 8 warps).
+# over 32-row programs.  That entry spills 32-112 bytes per thread around
+# the KV loop (query quantisation before it, output store after it); every
+# spill-free swap_ab geometry was slower (32-row programs, 8 warps).
 _SM90_GEOMETRIES: tuple[tuple[int, Int8SplitKVGeometry], ...] = (
     (16, Int8SplitKVGeometry(32, 128, 2, 2, 16)),
     (32, Int8SplitKVGeometry(32, 64, 4, 2, 32)),
