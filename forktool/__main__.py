@@ -6,7 +6,7 @@ export       series -> dist/patches/v0.26.0/NNNN-*.patch (git format-patch)
 build        fork wheel from upstream's pinned wheel -> dist/
 install      build, then pip install the fork wheel into this Python
 check        series canonical + applies exactly + upstream's lint passes
-table        rewrite the commit table of PATCHES.md
+table        rewrite the commit tables of PATCHES.md and README.md
 status       print the series and what is installed
 test         run the CPU suite (forktool/cpu_suite.txt) against the
              installed fork, from a copy of the fork tree's tests/
@@ -155,7 +155,10 @@ def cmd_check(args) -> int:
 
 def cmd_table(args) -> int:
     write_table(args.root, read_series(args.root))
-    print(f"wrote the commit table into {args.root / 'PATCHES.md'}")
+    print(
+        f"wrote the commit tables into {args.root / 'PATCHES.md'} and "
+        f"{args.root / 'README.md'}"
+    )
     return 0
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from .errors import ForkError
 from .gitops import git, series_commits
 from .series import SUBJECT_RE, Series, unclaimed_files
-from .table import table_is_current
+from .table import readme_table_is_current, table_is_current
 
 # Upstream's pre-commit hooks that take Python file names (0.26.0's
 # .pre-commit-config.yaml); they run from the materialized tree.
@@ -188,4 +188,9 @@ def run_check(
     problems += check_lint(tree, tag, hooks)
     if not table_is_current(root, series):
         problems.append("PATCHES.md: commit table is stale; run `forktool table`")
+    try:
+        if not readme_table_is_current(root, series):
+            problems.append("README.md: series table is stale; run `forktool table`")
+    except ForkError as e:
+        problems.append(str(e))
     return problems

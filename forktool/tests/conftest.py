@@ -92,6 +92,22 @@ index 0000000..1111111 100644
 """
 
 
+# The fork's README: hand-written prose around the series table that
+# `forktool table` generates between the markers.
+README = """\
+# Miniature fork
+
+## The series
+
+<!-- readme-series:start -->
+| # | commit | measured effect |
+|---|---|---|
+<!-- readme-series:end -->
+
+Prose after the table.
+"""
+
+
 @pytest.fixture
 def fork(tmp_path: Path) -> Path:
     """A fork repository (root) pinned to the miniature upstream."""
@@ -120,6 +136,7 @@ local_label = "fork"
     (root / "patches").mkdir()
     (root / "patches" / "series").write_text("0001-fix.patch\n")
     (root / "patches" / "0001-fix.patch").write_text(PATCH.format(author=AUTHOR))
+    (root / "README.md").write_text(README)
     (root / "tests").mkdir()
     (root / "tests" / "test_new.py").write_text("def test_new():\n    pass\n")
     cache = root / ".cache" / "upstream"
