@@ -38,6 +38,10 @@ KV_CONFIGS = {
     "int8-triton": ("TRITON_ATTN", "int8_per_token_head"),
 }
 
+# vLLM load formats the scripts offer: the model's own weights, or random
+# ones from vLLM's dummy loader (config.json is all it reads).
+LOAD_FORMATS = ("auto", "dummy")
+
 # The Triton backend's attention launchers, by the path name the reports use.
 # count_attention_paths() wraps them in the engine's process (eager steps
 # only: CUDA-graph replays run no Python).
@@ -73,16 +77,47 @@ def model_vocab_size(model_dir: str) -> int:
 
 
 def ensure_models(
-    model: str | None, drafter: str | None, preset: str, results_dir: str
+    model: str | None,
+    drafter: str | None,
+    preset: str,
+    results_dir: str,
+    load_format: str = "auto",
 ) -> tuple[str, str]:
-    """Use the given model folders, or write the preset's into results_dir."""
+    """Use the given model folders, or write the preset's into results_dir.
+
+    With ``load_format="dummy"`` (vLLM's random weights) the preset is
+    written config-only, to ``models/<preset>-config-only``.  With
+    ``"auto"`` a given folder must hold weights.
+    """
     if model is not None:
+        if load_format != "dummy":
+            _require_weights(model)
         return model, drafter or f"{model.rstrip('/')}-dflash"
-    out = os.path.join(results_dir, "models", preset)
+    config_only = load_format == "dummy"
+    out = os.path.join(
+        results_dir, "models", f"{preset}-config-only" if config_only else preset
+    )
     if not os.path.exists(os.path.join(out, "config.json")):
-        log(f"writing random {preset} model + DFlash drafter to {out}")
-        make_hybrid_model.make_models(preset, out, drafter=True)
+        what = "config-only" if config_only else "random"
+        log(f"writing {what} {preset} model + DFlash drafter to {out}")
+        make_hybrid_model.make_models(
+            preset, out, drafter=True, config_only=config_only
+        )
     return out, drafter or f"{out}-dflash"
+
+
+def _require_weights(model: str) -> None:
+    """Stop early when a local model folder has a config and no weights."""
+    folder = Path(model)
+    if (
+        (folder / "config.json").exists()
+        and not any(folder.glob("*.safetensors"))
+        and not any(folder.glob("*.bin"))
+    ):
+        raise SystemExit(
+            f"{model} has no weights (written with --config-only?): run with "
+            "--load-format dummy"
+        )
 
 
 # The successor test model: random logits of std 2 nats, a successor logit
@@ -93,10 +128,19 @@ SUCCESSOR_MODEL = {"logit_std": 2.0, "residual_scale": 0.3, "successor_logit": 4
 
 
 def ensure_successor_model(
-    model: str | None, results_dir: str, drafter: bool = False
+    model: str | None,
+    results_dir: str,
+    drafter: bool = False,
+    load_format: str = "auto",
 ) -> str:
     """The given successor model folder, or write the default one (with a
-    DFlash drafter at ``<model>-dflash`` if asked)."""
+    DFlash drafter at ``<model>-dflash`` if asked).  The successor model is
+    its weights: vLLM's dummy loader would replace them."""
+    if load_format == "dummy":
+        raise SystemExit(
+            "the successor model's behaviour is in its weights; "
+            "--load-format dummy would replace them with random ones"
+        )
     if model is None:
         model = os.path.join(results_dir, "models", "tiny-successor")
         missing_drafter = drafter and not os.path.exists(
@@ -180,6 +224,14 @@ def script_parser(
         help="vLLM's asynchronous scheduling (host work of the next step "
         "overlapping the GPU work of this one); auto lets vLLM decide",
     )
+    p.add_argument(
+        "--load-format",
+        choices=LOAD_FORMATS,
+        default="auto",
+        help="vLLM's load_format: auto reads the model's weights; dummy gives "
+        "random weights and needs only config.json (make_hybrid_model.py "
+        "--config-only): speed and memory only, no quality",
+    )
     return p
 
 
@@ -193,6 +245,7 @@ def engine_settings(args: argparse.Namespace) -> dict[str, Any]:
         "async_scheduling": {"auto": None, "on": True, "off": False}[
             args.async_scheduling
         ],
+        "load_format": args.load_format,
     }
 
 
@@ -205,8 +258,12 @@ def engine_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
 
     ``cfg`` keys: model, kv (a KV_CONFIGS name), drafter (folder or None),
     num_spec_tokens, max_model_len, max_num_batched_tokens, enforce_eager,
-    gpu_memory_utilization, kv_cache_memory_gib.
+    gpu_memory_utilization, kv_cache_memory_gib, load_format (also the
+    drafter's: vLLM loads it with the target's load config).
     """
+    load_format = cfg.get("load_format", "auto")
+    if load_format not in LOAD_FORMATS:
+        raise ValueError(f"load_format {load_format!r} not in {LOAD_FORMATS}")
     backend, kv_dtype = KV_CONFIGS[cfg["kv"]]
     kwargs: dict[str, Any] = dict(
         model=cfg["model"],
@@ -234,6 +291,7 @@ def engine_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
         tensor_parallel_size=cfg.get("tensor_parallel_size", 1),
         # None: vLLM decides (on unless something is incompatible).
         async_scheduling=cfg.get("async_scheduling"),
+        load_format=load_format,
     )
     if cfg.get("kv_cache_memory_gib"):
         kwargs["kv_cache_memory_bytes"] = int(cfg["kv_cache_memory_gib"] * 2**30)
@@ -428,16 +486,79 @@ def drop_scale_views(llm) -> int:
     return sum(llm.collective_rpc(_drop_scale_views_rpc))
 
 
-def spec_decode_stats(llm) -> dict[str, float] | None:
-    """Draft acceptance from vLLM's own spec-decode metrics."""
-    totals: dict = {}
-    for metric in llm.get_metrics():
+def spec_counters(metrics) -> dict[str, Any] | None:
+    """vLLM's spec-decode counters in a metrics snapshot (``LLM.get_metrics()``
+    or ``vllm.v1.metrics.reader.get_metrics_snapshot()``): num_drafts (verify
+    steps of a request that had drafts), num_draft_tokens,
+    num_accepted_tokens, accepted_per_pos; None without speculation."""
+    totals: dict[str, Any] = {}
+    for metric in metrics:
         if metric.name.startswith("vllm:spec_decode_num_") and hasattr(metric, "value"):
-            totals[metric.name.removeprefix("vllm:spec_decode_")] = float(metric.value)
+            key = metric.name.removeprefix("vllm:spec_decode_")
+            totals[key] = totals.get(key, 0) + int(metric.value)
         elif metric.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
             # Steps whose draft token i was accepted, per position i.
             totals["accepted_per_pos"] = [int(v) for v in metric.values]
-    if not totals:
+    return totals or None
+
+
+def spec_counter_delta(
+    after: dict[str, Any] | None, before: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """What the counters counted between two snapshots."""
+    if after is None:
+        return None
+    before = before or {}
+    delta: dict[str, Any] = {}
+    for key, value in after.items():
+        if key == "accepted_per_pos":
+            old = before.get(key, [])
+            delta[key] = [
+                v - (old[i] if i < len(old) else 0) for i, v in enumerate(value)
+            ]
+        else:
+            delta[key] = value - before.get(key, 0)
+    return delta
+
+
+def spec_step_report(
+    counters: dict[str, Any] | None, itl_ms: dict[str, float | None] | None = None
+) -> dict[str, Any]:
+    """What a speculative run measured, from its spec-decode counters.
+
+    - ``drafts``: verify steps that carried drafts (per request);
+      ``draft_tokens``: tokens proposed; ``accepted_tokens``: accepted;
+    - ``acceptance_rate``: accepted / proposed;
+    - ``tokens_per_step``: tokens a request gets from one step, 1 +
+      accepted / drafts (1 without speculation);
+    - ``step_<stat>`` for each ``itl_<stat>`` given: ITL x tokens per step,
+      the time of one engine step.  ITL alone rewards a drafter that is
+      accepted more; step time compares what each step costs.
+    """
+    c = counters or {}
+    drafts = int(c.get("num_drafts", 0))
+    drafted = int(c.get("num_draft_tokens", 0))
+    accepted = int(c.get("num_accepted_tokens", 0))
+    tokens_per_step = 1 + accepted / drafts if drafts else 1.0
+    report: dict[str, Any] = {
+        "drafts": drafts,
+        "draft_tokens": drafted,
+        "accepted_tokens": accepted,
+        "acceptance_rate": accepted / drafted if drafted else None,
+        "tokens_per_step": tokens_per_step,
+    }
+    for key, value in (itl_ms or {}).items():
+        if not key.startswith("itl_"):
+            raise ValueError(f"{key} is not an ITL statistic")
+        step_key = "step_" + key.removeprefix("itl_")
+        report[step_key] = None if value is None else value * tokens_per_step
+    return report
+
+
+def spec_decode_stats(llm) -> dict[str, float] | None:
+    """Draft acceptance from vLLM's own spec-decode metrics."""
+    totals = spec_counters(llm.get_metrics())
+    if totals is None:
         return None
     drafted = totals.get("num_draft_tokens", 0.0)
     accepted = totals.get("num_accepted_tokens", 0.0)

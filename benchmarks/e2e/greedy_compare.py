@@ -196,8 +196,12 @@ def models(args: argparse.Namespace) -> tuple[str, str]:
     """Target and drafter folders: the given ones, or the preset's (random
     or, with ``--successor``, the successor model), written if missing."""
     if not args.successor:
-        return ensure_models(args.model, args.drafter, "tiny", args.results_dir)
-    model = ensure_successor_model(args.model, args.results_dir, drafter=True)
+        return ensure_models(
+            args.model, args.drafter, "tiny", args.results_dir, args.load_format
+        )
+    model = ensure_successor_model(
+        args.model, args.results_dir, drafter=True, load_format=args.load_format
+    )
     return model, args.drafter or f"{model.rstrip('/')}-dflash"
 
 

@@ -42,7 +42,9 @@ GREEDY_SCRIPT = os.path.join(
 
 
 def run(args: argparse.Namespace) -> dict:
-    model, drafter = ensure_models(args.model, args.drafter, "tiny", args.results_dir)
+    model, drafter = ensure_models(
+        args.model, args.drafter, "tiny", args.results_dir, args.load_format
+    )
     prompts = make_prompts(args.prompt_lengths, model_vocab_size(model), seed=1)
     base = {
         "model": model,

@@ -8,6 +8,13 @@ times), for contexts of 8K/32K/64K/128K tokens, without and with DFlash:
 - TTFT of a single request;
 - decode tokens/s and inter-token latency (ITL; with DFlash a step delivers
   several tokens, so ITL is step time divided by tokens delivered);
+- with DFlash, what each phase's drafts did, from vLLM's spec-decode
+  counters (its Prometheus metrics, read in this process): drafts (verify
+  steps that carried drafts), tokens proposed and accepted, acceptance rate,
+  tokens per step (1 + accepted / drafts) and step time (ITL x tokens per
+  step; without speculation the ITL itself).  ITL alone rewards whichever
+  run happens to accept more drafts (with random weights, chance): compare
+  step time between KV dtypes;
 
 the concurrency case: request A (64K prompt) is decoding when request B
 (32K prompt) arrives; A's inter-token latency while B prefills and B's TTFT
@@ -16,8 +23,14 @@ and a batch of ``--batch`` requests decoding together (``--batch-context``
 tokens each): aggregate decode tokens/s and per-request ITL.
 ``vllm bench latency`` cannot express that arrival pattern, hence AsyncLLM.
 
+``--preset`` picks the model written when ``--model`` is not given;
+``--load-format dummy`` writes it config-only and lets vLLM draw random
+weights (``--preset qwen3.5-27b``: the whole 64-layer Qwen3.5-27B geometry,
+about 54 GB, without writing it).
+
 One invocation measures one configuration, named by ``--label``.  The
-side-by-side comparison is three invocations plus ``--compare``:
+side-by-side comparison is three invocations plus ``--compare`` (with
+``--baseline LABEL``, also every label's ratio to that one):
 
     # BF16, FlashAttention
     python benchmarks/e2e/serve_bench.py --label bf16-fa --kv bf16-fa
@@ -44,6 +57,7 @@ from e2e_common import (
     engine_settings,
     ensure_models,
     log,
+    make_hybrid_model,
     make_prompts,
     maybe_run_worker,
     model_vocab_size,
@@ -52,6 +66,9 @@ from e2e_common import (
     save_json,
     script_parser,
     spawn,
+    spec_counter_delta,
+    spec_counters,
+    spec_step_report,
 )
 
 CONTEXTS = [8192, 32768, 65536, 131072]
@@ -103,6 +120,28 @@ def _decode_stats(rec: dict) -> dict:
     }
 
 
+def _spec_snapshot() -> dict | None:
+    """vLLM's spec-decode counters now (the AsyncLLM's Prometheus stat
+    logger lives in this process); None without speculation."""
+    from vllm.v1.metrics.reader import get_metrics_snapshot
+
+    return spec_counters(get_metrics_snapshot())
+
+
+async def _spec_since(before: dict | None) -> dict | None:
+    """Counters since ``before``.  The engine's output handler records a
+    step's stats after handing its outputs over: let it finish first."""
+    await asyncio.sleep(0.2)
+    return spec_counter_delta(_spec_snapshot(), before)
+
+
+def _itl_stats(stats: dict, keys: tuple[str, ...]) -> dict:
+    return {k: stats[k] for k in keys if k in stats}
+
+
+ITL_KEYS = ("itl_mean_ms", "itl_p50_ms", "itl_p99_ms")
+
+
 async def _measure(cfg: dict) -> dict:
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
@@ -126,12 +165,17 @@ async def _measure(cfg: dict) -> dict:
         await _stream(engine, warm, 8, "warmup")
         for ctx in cfg["contexts"]:
             prompt = make_prompts([ctx], vocab, seed=ctx)[0]
+            spec_before = _spec_snapshot()
             rec = await _stream(engine, prompt, cfg["decode_tokens"], f"single-{ctx}")
-            result["single"][str(ctx)] = _decode_stats(rec)
+            stats = _decode_stats(rec)
+            counters = await _spec_since(spec_before)
+            stats.update(spec_step_report(counters, _itl_stats(stats, ITL_KEYS)))
+            result["single"][str(ctx)] = stats
             log(f"{cfg['name']} ctx {ctx}: {result['single'][str(ctx)]}")
         if cfg["concurrent"]:
             a_len, b_len = cfg["concurrent"]
             pa, pb = make_prompts([a_len, b_len], vocab, seed=7)
+            spec_before = _spec_snapshot()
             live_a: dict = {"arrivals": []}
             task_a = asyncio.create_task(
                 _stream(engine, pa, cfg["concurrent_a_tokens"], "A", live_a)
@@ -150,6 +194,11 @@ async def _measure(cfg: dict) -> dict:
             # The A step that straddles B's arrival counts too.
             before = [x for x in rec_a["arrivals"] if x[0] < rec_b["submit"]][-1:]
             itl = _itl(before + window)
+            # Both requests' drafts: A decoding, B's prefill and 4 tokens.
+            counters = await _spec_since(spec_before)
+            a_decode = _decode_stats(rec_a)
+            # A's step time takes the phase's tokens per step.
+            a_decode.update(spec_step_report(counters, _itl_stats(a_decode, ITL_KEYS)))
             result["concurrent"] = {
                 "a_prompt": a_len,
                 "b_prompt": b_len,
@@ -159,12 +208,13 @@ async def _measure(cfg: dict) -> dict:
                 else None,
                 "a_itl_during_b_prefill_max_ms": 1e3 * max(itl) if itl else None,
                 "a_steps_during_b_prefill": len(window),
-                "a_decode": _decode_stats(rec_a),
+                "a_decode": a_decode,
             }
             log(f"{cfg['name']} concurrent: {result['concurrent']}")
         if cfg.get("batch"):
             n, ctx = cfg["batch"], cfg["batch_context"]
             prompts = make_prompts([ctx] * n, vocab, seed=11)
+            spec_before = _spec_snapshot()
             recs = await asyncio.gather(
                 *(
                     _stream(engine, p, cfg["decode_tokens"], f"batch-{i}")
@@ -183,6 +233,10 @@ async def _measure(cfg: dict) -> dict:
                 "itl_p50_ms": 1e3 * statistics.median(itl),
                 "itl_p99_ms": 1e3 * sorted(itl)[int(0.99 * (len(itl) - 1))],
             }
+            counters = await _spec_since(spec_before)
+            result["batch"].update(
+                spec_step_report(counters, _itl_stats(result["batch"], ITL_KEYS))
+            )
             log(f"{cfg['name']} batch: {result['batch']}")
     finally:
         engine.shutdown()
@@ -201,7 +255,7 @@ def worker(cfg: dict) -> dict:
 
 def run(args: argparse.Namespace) -> dict:
     model, drafter = ensure_models(
-        args.model, args.drafter, "27b-geometry", args.results_dir
+        args.model, args.drafter, args.preset, args.results_dir, args.load_format
     )
     base = {
         "model": model,
@@ -219,7 +273,13 @@ def run(args: argparse.Namespace) -> dict:
         "batch_context": args.batch_context,
         "measure_lock": args.measure_lock,
     }
-    report = {"label": args.label, "kv": args.kv, "runs": {}}
+    report = {
+        "label": args.label,
+        "kv": args.kv,
+        "model": model,
+        "load_format": args.load_format,
+        "runs": {},
+    }
     for spec in args.spec:
         name = f"{args.label}{'+dflash' if spec == 'dflash' else ''}"
         cfg = dict(base, name=name, drafter=drafter if spec == "dflash" else None)
@@ -230,8 +290,79 @@ def run(args: argparse.Namespace) -> dict:
     return report
 
 
-def compare(paths: list[str], out_dir: str) -> None:
-    """Side-by-side table and plot of several ``serve_<label>.json`` files."""
+def _with_steps(stats: dict | None, spec: str) -> dict | None:
+    """``stats`` with its step-time fields; reports written before they
+    existed get them where they follow from the ITL alone (no speculation:
+    one token per step), and stay without them otherwise."""
+    if stats is None or "tokens_per_step" in stats or spec != "none":
+        return stats
+    itl = {k: stats[k] for k in ITL_KEYS if k in stats}
+    return {**stats, **spec_step_report(None, itl)}
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def ratios(rows: list[dict], extra: list[dict], baseline: str) -> list[dict]:
+    """Every label's figures over ``baseline``'s, per spec and context (ITL,
+    step time, TTFT), and for the concurrency and batch cases."""
+    base = {(r["spec"], r["ctx"]): r for r in rows if r["label"] == baseline}
+    base_extra = {e["spec"]: e for e in extra if e["label"] == baseline}
+    out = []
+    for r in rows:
+        b = base.get((r["spec"], r["ctx"]))
+        if r["label"] == baseline or b is None:
+            continue
+        out.append(
+            {
+                "label": r["label"],
+                "spec": r["spec"],
+                "ctx": r["ctx"],
+                **{
+                    f"{key}_ratio": _ratio(r.get(key), b.get(key))
+                    for key in ("itl_p50_ms", "step_p50_ms", "ttft_s")
+                },
+            }
+        )
+    for e in extra:
+        b = base_extra.get(e["spec"])
+        if e["label"] == baseline or b is None:
+            continue
+        c, bc = e["concurrent"] or {}, b["concurrent"] or {}
+        bt, bbt = e["batch"] or {}, b["batch"] or {}
+        out.append(
+            {
+                "label": e["label"],
+                "spec": e["spec"],
+                "ctx": "concurrent/batch",
+                "b_ttft_s_ratio": _ratio(c.get("b_ttft_s"), bc.get("b_ttft_s")),
+                "a_itl_max_ratio": _ratio(
+                    c.get("a_itl_during_b_prefill_max_ms"),
+                    bc.get("a_itl_during_b_prefill_max_ms"),
+                ),
+                "batch_tok_s_ratio": _ratio(
+                    bt.get("decode_tok_s"), bbt.get("decode_tok_s")
+                ),
+                "batch_step_p50_ratio": _ratio(
+                    bt.get("step_p50_ms"), bbt.get("step_p50_ms")
+                ),
+            }
+        )
+    return out
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def compare(paths: list[str], out_dir: str, baseline: str | None = None) -> dict:
+    """Side-by-side table and plot of several ``serve_<label>.json`` files.
+
+    Between KV dtypes, compare step time: with speculation the ITL also
+    moves with acceptance (``tok/step``), which random weights leave to
+    chance.
+    """
     reports = []
     for path in paths:
         with open(path) as f:
@@ -240,28 +371,34 @@ def compare(paths: list[str], out_dir: str) -> None:
     for rep in reports:
         for spec, r in rep["runs"].items():
             for ctx, s in r["single"].items():
+                s = _with_steps(s, spec)
                 rows.append({"label": rep["label"], "spec": spec, "ctx": int(ctx), **s})
             extra.append(
                 {
                     "label": rep["label"],
                     "spec": spec,
                     "concurrent": r.get("concurrent"),
-                    "batch": r.get("batch"),
+                    "batch": _with_steps(r.get("batch"), spec),
                 }
             )
     print(
         f"{'label':<16}{'spec':<8}{'ctx':>8}{'TTFT s':>9}{'tok/s':>9}"
-        f"{'ITL p50':>9}{'ITL p99':>9}"
+        f"{'ITL p50':>9}{'ITL p99':>9}{'drafts':>8}{'accept':>8}"
+        f"{'tok/step':>9}{'step p50':>9}"
     )
     for r in sorted(rows, key=lambda r: (r["spec"], r["ctx"], r["label"])):
         print(
             f"{r['label']:<16}{r['spec']:<8}{r['ctx']:>8}{r['ttft_s']:>9.3f}"
             f"{r['decode_tok_s'] or 0:>9.1f}{r['itl_p50_ms'] or 0:>9.2f}"
-            f"{r.get('itl_p99_ms') or 0:>9.2f}"
+            f"{r.get('itl_p99_ms') or 0:>9.2f}{_fmt(r.get('drafts'), 'd'):>8}"
+            f"{_fmt(r.get('acceptance_rate'), '.3f'):>8}"
+            f"{_fmt(r.get('tokens_per_step'), '.2f'):>9}"
+            f"{_fmt(r.get('step_p50_ms'), '.2f'):>9}"
         )
     print(
         f"\n{'label':<16}{'spec':<8}{'B TTFT s':>9}{'A ITL mean/max ms':>19}"
-        f"{'batch tok/s':>12}{'batch ITL p50/p99':>19}"
+        f"{'batch tok/s':>12}{'batch ITL p50/p99':>19}{'tok/step':>9}"
+        f"{'step p50':>9}"
     )
     for e in extra:
         c, b = e["concurrent"] or {}, e["batch"] or {}
@@ -271,10 +408,22 @@ def compare(paths: list[str], out_dir: str) -> None:
             f"{c.get('a_itl_during_b_prefill_max_ms', 0):<8.1f}"
             f"{b.get('decode_tok_s') or 0:>12.1f}"
             f"{b.get('itl_p50_ms', 0):>10.2f}/{b.get('itl_p99_ms', 0):<8.2f}"
+            f"{_fmt(b.get('tokens_per_step'), '.2f'):>9}"
+            f"{_fmt(b.get('step_p50_ms'), '.2f'):>9}"
         )
-    save_json(
-        os.path.join(out_dir, "serve_compare.json"), {"rows": rows, "extra": extra}
-    )
+    summary: dict = {"rows": rows, "extra": extra}
+    if baseline is not None:
+        summary["baseline"] = baseline
+        summary["ratios"] = ratios(rows, extra, baseline)
+        print(f"\nratios to {baseline} (step time: ITL x tokens per step)")
+        for q in summary["ratios"]:
+            cells = "  ".join(
+                f"{k.removesuffix('_ratio')} {_fmt(v, '.3f')}"
+                for k, v in q.items()
+                if k.endswith("_ratio")
+            )
+            print(f"{q['label']:<16}{q['spec']:<8}{q['ctx']!s:>17}  {cells}")
+    save_json(os.path.join(out_dir, "serve_compare.json"), summary)
     try:
         import matplotlib
 
@@ -282,14 +431,14 @@ def compare(paths: list[str], out_dir: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         log("matplotlib not installed: no plot")
-        return
+        return summary
     specs = sorted({r["spec"] for r in rows})
     labels = sorted({r["label"] for r in rows})
     fig, axes = plt.subplots(len(specs), 3, figsize=(15, 4 * len(specs)), squeeze=False)
     for row, spec in zip(axes, specs):
         for label in labels:
             pts = sorted(
-                (r["ctx"], r["itl_p50_ms"] or 0, r["ttft_s"])
+                (r["ctx"], r.get("step_p50_ms") or 0, r["ttft_s"])
                 for r in rows
                 if r["label"] == label and r["spec"] == spec
             )
@@ -297,7 +446,8 @@ def compare(paths: list[str], out_dir: str) -> None:
                 continue
             row[0].plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=label)
             row[1].plot([p[0] for p in pts], [p[2] for p in pts], "o-", label=label)
-        for ax, title in zip(row[:2], ("decode ITL p50 (ms)", "TTFT (s)")):
+        titles = ("decode step p50 (ms; ITL x tokens/step)", "TTFT (s)")
+        for ax, title in zip(row[:2], titles):
             ax.set_xscale("log", base=2)
             ax.set_title(f"{title}, {spec}")
             ax.set_xlabel("context tokens")
@@ -325,14 +475,22 @@ def compare(paths: list[str], out_dir: str) -> None:
     path = os.path.join(out_dir, "serve_compare.png")
     fig.savefig(path, dpi=120)
     log(f"wrote {path}")
+    return summary
 
 
 def parser() -> argparse.ArgumentParser:
     p = script_parser(
         __doc__,
-        model_help="27B-geometry target folder (default: write one)",
+        model_help="target folder (default: write --preset)",
         max_num_batched_tokens=2048,
         gpu_memory_utilization=0.85,
+    )
+    p.add_argument(
+        "--preset",
+        default="27b-geometry",
+        choices=sorted(make_hybrid_model.PRESETS),
+        help="model written when --model is not given (config-only with "
+        "--load-format dummy)",
     )
     p.add_argument("--label", default="run", help="name of this configuration")
     p.add_argument("--kv", default="int8-triton", choices=KV_CONFIGS)
@@ -357,6 +515,7 @@ def parser() -> argparse.ArgumentParser:
         help="skip the 32K prompt arriving while a 64K request decodes",
     )
     p.add_argument("--compare", nargs="+", help="serve_<label>.json files to compare")
+    p.add_argument("--baseline", help="with --compare: label the others are divided by")
     return p
 
 
@@ -365,7 +524,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         paths = [p for pat in args.compare for p in sorted(glob.glob(pat))]
         compare(
-            [p for p in paths if not p.endswith("serve_compare.json")], args.results_dir
+            [p for p in paths if not p.endswith("serve_compare.json")],
+            args.results_dir,
+            args.baseline,
         )
     else:
         run(args)

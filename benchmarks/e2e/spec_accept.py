@@ -285,7 +285,9 @@ def drift_by_step(
 
 
 def run(args: argparse.Namespace) -> dict:
-    model = ensure_successor_model(args.model, args.results_dir)
+    model = ensure_successor_model(
+        args.model, args.results_dir, load_format=args.load_format
+    )
     info = json.loads(Path(model, "successor.json").read_text())
     vocab = make_hybrid_model.prompt_vocab_size(len(info["successor"]))
     prompts = make_prompts(info["successor"], vocab, tuple(args.cycles), seed=5)

@@ -30,6 +30,7 @@ from e2e_common import (
     engine_settings,
     ensure_models,
     log,
+    make_hybrid_model,
     make_prompts,
     maybe_run_worker,
     model_vocab_size,
@@ -251,6 +252,12 @@ def main(argv: list[str] | None = None) -> int:
         gpu_memory_utilization=0.6,
         drafter=False,
     )
+    p.add_argument(
+        "--preset",
+        default="tiny",
+        choices=sorted(make_hybrid_model.PRESETS),
+        help="model written when --model is not given",
+    )
     p.add_argument("--kv", nargs="+", default=["int8-triton", "bf16-fa"])
     p.add_argument("--context", type=int, default=131072)
     p.add_argument("--decode-steps", type=int, default=48)
@@ -258,7 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrent", type=int, nargs=2, default=[65536, 32768])
     p.add_argument("--label", default="", help="suffix of the output file name")
     args = p.parse_args(argv)
-    model, _ = ensure_models(args.model, None, "tiny", args.results_dir)
+    model, _ = ensure_models(
+        args.model, None, args.preset, args.results_dir, args.load_format
+    )
     report = {"runs": {}}
     for kv in args.kv:
         cfg = {

@@ -36,6 +36,7 @@ from e2e_common import (
     engine_settings,
     ensure_models,
     log,
+    make_hybrid_model,
     maybe_run_worker,
     provenance,
     read_path_counter,
@@ -156,7 +157,9 @@ def run(args: argparse.Namespace) -> dict:
     digest = start["vllm_attention_sha256"][:16]
     log(f"vLLM attention sources {digest} in {start['vllm_dir']}")
     docs = make_docs()
-    model, _ = ensure_models(args.model, None, args.preset, args.results_dir)
+    model, _ = ensure_models(
+        args.model, None, args.preset, args.results_dir, args.load_format
+    )
     results = {}
     for name in ["bf16-fa", "bf16-triton", "int8-triton"]:
         check_unchanged(start, DOCS_SHA256)
@@ -210,7 +213,9 @@ def parser() -> argparse.ArgumentParser:
         gpu_memory_utilization=0.6,
         drafter=False,
     )
-    p.add_argument("--preset", default="tiny", choices=["tiny", "27b-geometry"])
+    p.add_argument(
+        "--preset", default="tiny", choices=sorted(make_hybrid_model.PRESETS)
+    )
     p.add_argument("--cuda-graphs", action="store_true")
     return p
 

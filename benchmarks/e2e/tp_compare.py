@@ -61,7 +61,9 @@ def pool_tokens(kv_cache: list[dict]) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> dict:
-    model = ensure_successor_model(args.model, args.results_dir, drafter=True)
+    model = ensure_successor_model(
+        args.model, args.results_dir, drafter=True, load_format=args.load_format
+    )
     drafter = args.drafter or f"{model.rstrip('/')}-dflash"
     prompts = make_prompts(args.prompt_lengths, model_vocab_size(model), seed=0)
     base = {

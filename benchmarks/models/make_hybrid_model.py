@@ -16,10 +16,21 @@ Presets:
 - ``27b-geometry``: hidden size 5,120 and the attention/GDN shapes of
   Qwen3.5-27B (GDN 16 key / 48 value heads of dimension 128, conv kernel 4),
   but only 20 layers, for speed measurements.
+- ``qwen3.5-27b``: the whole Qwen3.5-27B text stack, as its published
+  ``config.json`` has it and as ``benchmarks/kv_cache_capacity.py``'s preset
+  of the same name describes it: 64 layers (16 full attention, every 4th; 48
+  Gated DeltaNet), MLP 17,408, vocabulary 248,320.  About 54 GB in BF16:
+  write it with ``--config-only`` and run it with vLLM's dummy loader.
 
-Both have at least 5 full-attention layers (one in four): with fewer, vLLM's
+All have at least 5 full-attention layers (one in four): with fewer, vLLM's
 KV cache planner splits the drafter's 5 layers over several KV cache groups,
 which its DFlash proposer rejects.
+
+With ``--config-only`` no weights are written, only ``config.json`` and
+``generation_config.json`` (target and drafter alike): what an engine with
+``load_format="dummy"`` (vLLM's dummy loader, random weights) and
+``skip_tokenizer_init=True`` reads.  The weights then are vLLM's random
+ones, not this script's, so only speed and memory mean anything.
 
 With ``--drafter`` a matching DFlash drafter (5 causal sliding-window layers,
 window 2,048) is written to ``<out>-dflash`` (or ``--drafter-out``).  It
@@ -47,6 +58,8 @@ Example::
 
     python benchmarks/models/make_hybrid_model.py --preset tiny \\
         --out /tmp/models/qwen35-tiny --drafter
+    python benchmarks/models/make_hybrid_model.py --preset qwen3.5-27b \\
+        --out /tmp/models/qwen3.5-27b --drafter --config-only
 """
 
 import argparse
@@ -122,6 +135,25 @@ PRESETS: dict[str, tuple[TargetShape, DrafterShape]] = {
     "27b-geometry": (
         TargetShape(
             num_hidden_layers=20,
+            hidden_size=5120,
+            intermediate_size=17408,
+            vocab_size=248320,
+        ),
+        DrafterShape(
+            num_hidden_layers=5,
+            intermediate_size=17408,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=128,
+        ),
+    ),
+    # Qwen/Qwen3.5-27B's text config; the drafter has the shapes of
+    # z-lab/Qwen3.5-27B-DFlash (5 layers, 32 query / 8 KV heads x 128, MLP
+    # 17,408, target layers [1, 16, 31, 46, 61]), with sliding layers like
+    # the other presets' drafters.
+    "qwen3.5-27b": (
+        TargetShape(
+            num_hidden_layers=64,
             hidden_size=5120,
             intermediate_size=17408,
             vocab_size=248320,
@@ -540,8 +572,17 @@ def make_models(
     shard_bytes: int = _SHARD_BYTES,
     residual_scale: float = 1.0,
     successor: SuccessorHead | None = None,
+    config_only: bool = False,
 ) -> dict[str, str]:
-    """Write the target (and optionally the drafter); return their folders."""
+    """Write the target (and optionally the drafter); return their folders.
+
+    With ``config_only`` the folders get their configs and no weights (for
+    vLLM's dummy loader).
+    """
+    if config_only and successor is not None:
+        raise ValueError(
+            "a successor model is defined by its weights: it cannot be config-only"
+        )
     target_shape, drafter_shape = PRESETS[preset]
     overrides = {}
     if num_layers is not None:
@@ -573,15 +614,18 @@ def make_models(
                 "successor": succ,
             },
         )
-    write_safetensors(
-        out,
-        target_tensor_specs(
-            target_shape, logit_std, residual_scale, successor is not None
-        ),
-        seed,
-        shard_bytes,
-        special,
-    )
+    if config_only:
+        print("  config only: no weights (load it with load_format=dummy)", flush=True)
+    else:
+        write_safetensors(
+            out,
+            target_tensor_specs(
+                target_shape, logit_std, residual_scale, successor is not None
+            ),
+            seed,
+            shard_bytes,
+            special,
+        )
     result = {"target": out}
     if drafter:
         dout = drafter_out or f"{out.rstrip('/')}-dflash"
@@ -591,12 +635,13 @@ def make_models(
             os.path.join(dout, "config.json"),
             drafter_config(target_shape, drafter_shape),
         )
-        write_safetensors(
-            dout,
-            drafter_tensor_specs(target_shape, drafter_shape),
-            seed + 1,
-            shard_bytes,
-        )
+        if not config_only:
+            write_safetensors(
+                dout,
+                drafter_tensor_specs(target_shape, drafter_shape),
+                seed + 1,
+                shard_bytes,
+            )
         result["drafter"] = dout
     return result
 
@@ -646,7 +691,14 @@ def main(argv: list[str] | None = None) -> dict[str, str]:
         default=list(SuccessorHead.cycle_lengths),
         help="cycle lengths of the successor map",
     )
+    parser.add_argument(
+        "--config-only",
+        action="store_true",
+        help="write the configs and no weights (for vLLM's load_format=dummy)",
+    )
     args = parser.parse_args(argv)
+    if args.config_only and args.successor_logit is not None:
+        parser.error("--successor-logit needs weights: not with --config-only")
     successor = None
     if args.successor_logit is not None:
         successor = SuccessorHead(args.successor_logit, tuple(args.successor_cycles))
@@ -661,6 +713,7 @@ def main(argv: list[str] | None = None) -> dict[str, str]:
         vocab_size=args.vocab_size,
         residual_scale=args.residual_scale,
         successor=successor,
+        config_only=args.config_only,
     )
 
 

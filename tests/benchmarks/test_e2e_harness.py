@@ -286,5 +286,258 @@ def test_every_script_prints_its_help(script):
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.startswith("usage:")
     assert "--results-dir" in out.stdout and "--model" in out.stdout
+    assert "--load-format {auto,dummy}" in out.stdout
     first_line = path.read_text().split('"""', 2)[1].strip().splitlines()[0]
     assert " ".join(first_line.split()[:3]) in " ".join(out.stdout.split())
+
+
+# --------------------------------------------------------------------------
+# Config-only models, vLLM's dummy loader, and what speculative runs report
+
+
+def test_load_format_parses_and_reaches_the_engine_kwargs():
+    import serve_bench
+
+    p = serve_bench.parser()
+    cfg = {"model": "m", "kv": "int8-triton"}
+    args = p.parse_args(["--load-format", "dummy"])
+    assert e2e_common.engine_settings(args)["load_format"] == "dummy"
+    kwargs = e2e_common.engine_kwargs({**cfg, **e2e_common.engine_settings(args)})
+    assert kwargs["load_format"] == "dummy"
+    default = p.parse_args([])
+    assert (
+        e2e_common.engine_kwargs({**cfg, **e2e_common.engine_settings(default)})[
+            "load_format"
+        ]
+        == "auto"
+    )
+    assert e2e_common.engine_kwargs(cfg)["load_format"] == "auto"
+    with pytest.raises(SystemExit):
+        p.parse_args(["--load-format", "safetensors"])
+    with pytest.raises(ValueError, match="load_format"):
+        e2e_common.engine_kwargs({**cfg, "load_format": "bogus"})
+
+
+def test_ensure_models_writes_config_only_for_the_dummy_loader(tmp_path):
+    model, drafter = e2e_common.ensure_models(
+        None, None, "tiny", str(tmp_path), load_format="dummy"
+    )
+    assert Path(model) == tmp_path / "models" / "tiny-config-only"
+    assert drafter == f"{model}-dflash"
+    for folder in (model, drafter):
+        assert (Path(folder) / "config.json").exists()
+        assert not list(Path(folder).glob("*.safetensors"))
+    # The config-only folder is refused where weights are read ...
+    with pytest.raises(SystemExit, match="--load-format dummy"):
+        e2e_common.ensure_models(model, None, "tiny", str(tmp_path), "auto")
+    # ... and accepted by the dummy loader.
+    assert (
+        e2e_common.ensure_models(model, None, "tiny", str(tmp_path), "dummy")[0]
+        == model
+    )
+    # The successor model's behaviour is its weights.
+    with pytest.raises(SystemExit, match="weights"):
+        e2e_common.ensure_successor_model(None, str(tmp_path), load_format="dummy")
+
+
+_ENGINE_CONFIG_CHECK = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import vllm.platforms
+from vllm.platforms.cpu import CpuPlatform
+vllm.platforms._current_platform = CpuPlatform()
+import serve_bench
+from e2e_common import engine_kwargs, engine_settings
+from vllm.engine.arg_utils import EngineArgs
+args = serve_bench.parser().parse_args(sys.argv[3:])
+cfg = {"model": sys.argv[2], "kv": "int8-triton", "drafter": sys.argv[2] + "-dflash",
+       **engine_settings(args)}
+config = EngineArgs(**engine_kwargs(cfg)).create_engine_config()
+text = config.model_config.hf_text_config
+draft = config.speculative_config.draft_model_config
+print("RESULT " + json.dumps({
+    "load_format": str(config.load_config.load_format),
+    "layer_types": text.layer_types,
+    "kv_heads": text.num_key_value_heads,
+    "head_dim": text.head_dim,
+    "draft_layers": draft.hf_config.num_hidden_layers,
+    "method": config.speculative_config.method,
+}))
+"""
+
+
+def test_dummy_load_format_reaches_vllms_engine_config(tmp_path):
+    """On the config-only 64-layer model, vLLM's own EngineArgs take the
+    script's settings: load format dummy, 16 full-attention layers of 4 KV
+    heads x 256, the DFlash drafter (CPU platform, in a subprocess)."""
+    import json
+    import subprocess
+
+    import make_hybrid_model
+
+    out = make_hybrid_model.make_models(
+        "qwen3.5-27b", str(tmp_path / "q"), drafter=True, config_only=True
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-P",
+            "-c",
+            _ENGINE_CONFIG_CHECK,
+            str(REPO_ROOT / "benchmarks" / "e2e"),
+            out["target"],
+            "--load-format",
+            "dummy",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1]
+    got = json.loads(line.removeprefix("RESULT "))
+    assert got["load_format"] == "dummy"
+    assert got["layer_types"].count("full_attention") == 16
+    assert len(got["layer_types"]) == 64
+    assert (got["kv_heads"], got["head_dim"]) == (4, 256)
+    assert (got["draft_layers"], got["method"]) == (5, "dflash")
+
+
+def _metric(cls, name, labels, **kw):
+    return cls(name=name, labels=labels, **kw)
+
+
+def test_spec_counters_from_a_metrics_snapshot():
+    from vllm.v1.metrics.reader import Counter, Gauge, Vector
+
+    labels = [{"engine": "0"}, {"engine": "1"}]
+    metrics = [
+        _metric(Counter, "vllm:spec_decode_num_drafts", labels[0], value=10),
+        _metric(Counter, "vllm:spec_decode_num_drafts", labels[1], value=5),
+        _metric(Counter, "vllm:spec_decode_num_draft_tokens", labels[0], value=75),
+        _metric(Counter, "vllm:spec_decode_num_accepted_tokens", labels[0], value=30),
+        _metric(
+            Vector,
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            labels[0],
+            values=[12, 9, 6, 3, 0],
+        ),
+        _metric(Counter, "vllm:generation_tokens", labels[0], value=999),
+        _metric(Gauge, "vllm:num_requests_running", labels[0], value=1.0),
+    ]
+    assert e2e_common.spec_counters(metrics) == {
+        "num_drafts": 15,  # both engines
+        "num_draft_tokens": 75,
+        "num_accepted_tokens": 30,
+        "accepted_per_pos": [12, 9, 6, 3, 0],
+    }
+    assert e2e_common.spec_counters(metrics[-2:]) is None
+
+
+def test_spec_step_report_from_given_counters():
+    before = {
+        "num_drafts": 10,
+        "num_draft_tokens": 50,
+        "num_accepted_tokens": 20,
+        "accepted_per_pos": [8, 6, 4, 2],
+    }
+    after = {
+        "num_drafts": 30,
+        "num_draft_tokens": 150,
+        "num_accepted_tokens": 50,
+        "accepted_per_pos": [20, 14, 10, 5, 1],
+    }
+    delta = e2e_common.spec_counter_delta(after, before)
+    assert delta == {
+        "num_drafts": 20,
+        "num_draft_tokens": 100,
+        "num_accepted_tokens": 30,
+        "accepted_per_pos": [12, 8, 6, 3, 1],
+    }
+    report = e2e_common.spec_step_report(
+        delta, {"itl_p50_ms": 4.0, "itl_mean_ms": 5.0, "itl_p99_ms": None}
+    )
+    assert report["drafts"] == 20
+    assert report["draft_tokens"] == 100
+    assert report["accepted_tokens"] == 30
+    assert report["acceptance_rate"] == pytest.approx(0.3)
+    # 20 steps delivered 20 + 30 tokens.
+    assert report["tokens_per_step"] == pytest.approx(2.5)
+    assert report["step_p50_ms"] == pytest.approx(10.0)
+    assert report["step_mean_ms"] == pytest.approx(12.5)
+    assert report["step_p99_ms"] is None
+    # Without speculation a step delivers one token: step time is the ITL.
+    plain = e2e_common.spec_step_report(None, {"itl_p50_ms": 4.0})
+    assert plain["tokens_per_step"] == 1.0 and plain["step_p50_ms"] == 4.0
+    assert plain["drafts"] == 0 and plain["acceptance_rate"] is None
+    assert e2e_common.spec_counter_delta(None, before) is None
+    assert e2e_common.spec_counter_delta(after, None) == after
+    with pytest.raises(ValueError, match="ITL"):
+        e2e_common.spec_step_report(delta, {"ttft_s": 1.0})
+
+
+def _serve_report(label, itl, tokens_per_step, b_ttft, batch_tok_s):
+    def single(i, t):
+        s = {"ttft_s": 1.0, "decode_tok_s": 100.0, "itl_p50_ms": i, "tokens": 64}
+        if t is not None:
+            s.update(
+                e2e_common.spec_step_report(
+                    {
+                        "num_drafts": 10,
+                        "num_draft_tokens": 50,
+                        "num_accepted_tokens": round(10 * (t - 1)),
+                    },
+                    {"itl_p50_ms": i},
+                )
+            )
+        return s
+
+    return {
+        "label": label,
+        "runs": {
+            # An old report: no spec fields on the plain run.
+            "none": {
+                "single": {"32768": single(itl[0], None)},
+                "concurrent": {"b_ttft_s": b_ttft, "a_itl_during_b_prefill_max_ms": 50},
+                "batch": {"decode_tok_s": batch_tok_s, "itl_p50_ms": itl[0]},
+            },
+            "dflash": {
+                "single": {"32768": single(itl[1], tokens_per_step)},
+                "concurrent": None,
+                "batch": None,
+            },
+        },
+    }
+
+
+def test_compare_uses_step_time_between_kv_dtypes(tmp_path, monkeypatch):
+    """BF16 accepted more drafts by chance: its ITL is lower, its step time
+    is not.  The ratios say so."""
+    import json
+
+    import serve_bench
+
+    paths = []
+    for label, itl, tps, b_ttft, tok_s in (
+        ("bf16-fa", (2.0, 4.0), 3.0, 1.0, 400.0),
+        ("int8", (1.9, 5.0), 2.0, 1.05, 440.0),
+    ):
+        path = tmp_path / f"serve_{label}.json"
+        path.write_text(json.dumps(_serve_report(label, itl, tps, b_ttft, tok_s)))
+        paths.append(str(path))
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # no plot here
+    summary = serve_bench.compare(paths, str(tmp_path), baseline="bf16-fa")
+    rows = {(r["label"], r["spec"]): r for r in summary["rows"]}
+    assert rows["bf16-fa", "dflash"]["step_p50_ms"] == pytest.approx(12.0)
+    assert rows["int8", "dflash"]["step_p50_ms"] == pytest.approx(10.0)
+    assert rows["int8", "none"]["step_p50_ms"] == pytest.approx(1.9)  # old report
+    ratios = {(q["spec"], q["ctx"]): q for q in summary["ratios"]}
+    assert all(q["label"] == "int8" for q in summary["ratios"])
+    dflash = ratios["dflash", 32768]
+    assert dflash["itl_p50_ms_ratio"] == pytest.approx(1.25)
+    assert dflash["step_p50_ms_ratio"] == pytest.approx(10.0 / 12.0)
+    assert ratios["none", 32768]["step_p50_ms_ratio"] == pytest.approx(0.95)
+    extra = ratios["none", "concurrent/batch"]
+    assert extra["b_ttft_s_ratio"] == pytest.approx(1.05)
+    assert extra["batch_tok_s_ratio"] == pytest.approx(1.1)
+    assert json.loads((tmp_path / "serve_compare.json").read_text())["ratios"]

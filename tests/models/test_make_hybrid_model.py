@@ -193,20 +193,14 @@ def test_drafter_layer_ids_spread():
     assert mhm.drafter_target_layer_ids(8) == [1, 2, 3, 4, 5]
 
 
-@pytest.mark.parametrize("preset", ["tiny", "27b-geometry"])
+@pytest.mark.parametrize("preset", ["tiny", "27b-geometry", "qwen3.5-27b"])
 def test_drafter_layers_share_one_kv_cache_group(preset, tmp_path):
     """vLLM's DFlash proposer asserts that all drafter layers are in one KV
     cache group.  The planner keeps them together only if its group size is
     at least the drafter's 5 layers; a tiny target with 2 full-attention
     layers got group size 2 and a drafter split over 3 groups.  Planned by
     vLLM's own planner (through the capacity calculator), BF16 and INT8."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "kv_cache_capacity", REPO_ROOT / "benchmarks" / "kv_cache_capacity.py"
-    )
-    calc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(calc)
+    calc = _load_capacity_calculator()
     target, drafter = mhm.PRESETS[preset]
     for name, config in (
         ("t", mhm.target_config(target)),
@@ -242,6 +236,119 @@ def test_drafter_layers_share_one_kv_cache_group(preset, tmp_path):
                 "padding": plan.group_size - drafter.num_hidden_layers,
             }
         ], (plan.kv_cache_dtype, plan.planner, plan.layout)
+
+
+def _load_capacity_calculator():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "kv_cache_capacity", REPO_ROOT / "benchmarks" / "kv_cache_capacity.py"
+    )
+    calc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(calc)
+    return calc
+
+
+def test_config_only_27b_has_no_weights_and_the_real_geometry(tmp_path):
+    """``--config-only`` writes what vLLM's dummy loader reads and no
+    weights; the config is Qwen3.5-27B's: 64 layers, full attention every
+    4th (16 layers, 4 KV heads x 256, 24 query heads), 48 GDN layers."""
+    from vllm.transformers_utils.config import get_config
+
+    out = mhm.main(
+        [
+            "--preset",
+            "qwen3.5-27b",
+            "--out",
+            str(tmp_path / "q"),
+            "--drafter",
+            "--config-only",
+        ]
+    )
+    target, drafter = Path(out["target"]), Path(out["drafter"])
+    assert drafter == tmp_path / "q-dflash"
+    assert sorted(p.name for p in target.iterdir()) == [
+        "config.json",
+        "generation_config.json",
+    ]
+    assert sorted(p.name for p in drafter.iterdir()) == ["config.json"]
+
+    text = get_config(str(target), trust_remote_code=False).text_config
+    assert text.num_hidden_layers == 64
+    full = [i for i, t in enumerate(text.layer_types) if t == "full_attention"]
+    assert full == list(range(3, 64, 4))  # 16 layers, every 4th
+    assert text.layer_types.count("linear_attention") == 48
+    assert (text.num_attention_heads, text.num_key_value_heads, text.head_dim) == (
+        24,
+        4,
+        256,
+    )
+    assert (text.hidden_size, text.intermediate_size, text.vocab_size) == (
+        5120,
+        17408,
+        248320,
+    )
+    assert (text.linear_num_key_heads, text.linear_num_value_heads) == (16, 48)
+    draft = get_config(str(drafter), trust_remote_code=False)
+    assert draft.dflash_config["target_layer_ids"] == [1, 16, 31, 46, 61]
+    assert (draft.num_attention_heads, draft.num_key_value_heads) == (32, 8)
+    assert draft.hidden_size == 5120
+
+    # A successor model is its weights: it cannot be config-only.
+    with pytest.raises(SystemExit):
+        mhm.main(
+            ["--out", str(tmp_path / "s"), "--config-only", "--successor-logit", "9"]
+        )
+    with pytest.raises(ValueError, match="config-only"):
+        mhm.make_models(
+            "tiny",
+            str(tmp_path / "s2"),
+            successor=mhm.SuccessorHead(9.0),
+            config_only=True,
+        )
+    assert not (tmp_path / "s2").exists()
+
+
+def test_config_only_tiny_matches_the_full_write(tiny, tmp_path):
+    """The config-only folders hold the same config files, byte for byte,
+    as the folders with weights."""
+    out = mhm.make_models("tiny", str(tmp_path / "t"), drafter=True, config_only=True)
+    for key in ("target", "drafter"):
+        full = _tree_digest(tiny[key])
+        only = _tree_digest(Path(out[key]))
+        assert only == {k: v for k, v in full.items() if k.endswith(".json")}
+        assert any(k.endswith(".safetensors") for k in full)
+
+
+def test_qwen35_27b_preset_agrees_with_the_capacity_calculator():
+    """make_hybrid_model's qwen3.5-27b and the capacity calculator's preset
+    of the same name (and its DFlash drafter) describe one model."""
+    calc = _load_capacity_calculator()
+    target, drafter = mhm.PRESETS["qwen3.5-27b"]
+    ours = mhm.target_config(target)["text_config"]
+    theirs = calc.PRESETS["qwen3.5-27b"]["text_config"]
+    for key, value in theirs.items():
+        assert ours[key] == value, key
+    ours_d = mhm.drafter_config(target, drafter)
+    theirs_d = calc.DRAFTER_PRESETS["qwen3.5-27b-dflash"]
+    for key in (
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "vocab_size",
+        "sliding_window",
+        "layer_types",
+        "block_size",
+        "max_position_embeddings",
+    ):
+        assert ours_d[key] == theirs_d[key], key
+    assert (
+        ours_d["dflash_config"]["target_layer_ids"]
+        == theirs_d["dflash_config"]["target_layer_ids"]
+    )
 
 
 def _run_vllm_load_check(*args: str) -> None:
