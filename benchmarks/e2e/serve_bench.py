@@ -280,14 +280,34 @@ def run(args: argparse.Namespace) -> dict:
         "load_format": args.load_format,
         "runs": {},
     }
+    path = os.path.join(args.results_dir, f"serve_{args.label}.json")
+    if args.merge:
+        report["runs"] = previous_runs(path, report)
     for spec in args.spec:
         name = f"{args.label}{'+dflash' if spec == 'dflash' else ''}"
         cfg = dict(base, name=name, drafter=drafter if spec == "dflash" else None)
         report["runs"][spec] = spawn(os.path.abspath(__file__), cfg, timeout=3600)
         # After each engine, so a later one that fails or runs out of time
         # loses nothing measured before it.
-        save_json(os.path.join(args.results_dir, f"serve_{args.label}.json"), report)
+        save_json(path, report)
     return report
+
+
+def previous_runs(path: str, report: dict) -> dict:
+    """The runs already in ``path`` (``--merge``: one --spec per invocation
+    fits a time limit), if it measured the same KV config, model and load
+    format; otherwise stop rather than mix them."""
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        old = json.load(f)
+    for key in ("kv", "model", "load_format"):
+        if old.get(key) != report[key]:
+            raise SystemExit(
+                f"{path} has {key}={old.get(key)!r}, this run {report[key]!r}: "
+                "not merged"
+            )
+    return old["runs"]
 
 
 def _with_steps(stats: dict | None, spec: str) -> dict | None:
@@ -513,6 +533,12 @@ def parser() -> argparse.ArgumentParser:
         "--no-concurrent",
         action="store_true",
         help="skip the 32K prompt arriving while a 64K request decodes",
+    )
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the other --spec runs of serve_<label>.json (same --kv, "
+        "model and load format): one engine per invocation",
     )
     p.add_argument("--compare", nargs="+", help="serve_<label>.json files to compare")
     p.add_argument("--baseline", help="with --compare: label the others are divided by")

@@ -541,3 +541,17 @@ def test_compare_uses_step_time_between_kv_dtypes(tmp_path, monkeypatch):
     assert extra["b_ttft_s_ratio"] == pytest.approx(1.05)
     assert extra["batch_tok_s_ratio"] == pytest.approx(1.1)
     assert json.loads((tmp_path / "serve_compare.json").read_text())["ratios"]
+
+
+def test_merge_keeps_other_runs_of_the_same_configuration(tmp_path):
+    import json
+
+    import serve_bench
+
+    path = tmp_path / "serve_x.json"
+    report = {"kv": "int8-triton", "model": "/m", "load_format": "dummy"}
+    assert serve_bench.previous_runs(str(path), report) == {}
+    path.write_text(json.dumps({**report, "runs": {"none": {"single": {}}}}))
+    assert serve_bench.previous_runs(str(path), report) == {"none": {"single": {}}}
+    with pytest.raises(SystemExit, match="load_format"):
+        serve_bench.previous_runs(str(path), {**report, "load_format": "auto"})
