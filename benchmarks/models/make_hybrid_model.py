@@ -112,6 +112,24 @@ class DrafterShape:
     block_size: int = 16
 
 
+# Qwen/Qwen3.5-27B's text config; the drafter has the shapes of
+# z-lab/Qwen3.5-27B-DFlash (5 layers, 32 query / 8 KV heads x 128, MLP
+# 17,408, target layers [1, 16, 31, 46, 61]), with sliding layers like the
+# other presets' drafters.
+_QWEN35_27B = TargetShape(
+    num_hidden_layers=64,
+    hidden_size=5120,
+    intermediate_size=17408,
+    vocab_size=248320,
+)
+_QWEN35_27B_DFLASH = DrafterShape(
+    num_hidden_layers=5,
+    intermediate_size=17408,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+)
+
 PRESETS: dict[str, tuple[TargetShape, DrafterShape]] = {
     "tiny": (
         TargetShape(
@@ -132,40 +150,12 @@ PRESETS: dict[str, tuple[TargetShape, DrafterShape]] = {
             head_dim=128,
         ),
     ),
+    # 20 of Qwen3.5-27B's 64 layers (5 full attention).
     "27b-geometry": (
-        TargetShape(
-            num_hidden_layers=20,
-            hidden_size=5120,
-            intermediate_size=17408,
-            vocab_size=248320,
-        ),
-        DrafterShape(
-            num_hidden_layers=5,
-            intermediate_size=17408,
-            num_attention_heads=32,
-            num_key_value_heads=8,
-            head_dim=128,
-        ),
+        dataclasses.replace(_QWEN35_27B, num_hidden_layers=20),
+        _QWEN35_27B_DFLASH,
     ),
-    # Qwen/Qwen3.5-27B's text config; the drafter has the shapes of
-    # z-lab/Qwen3.5-27B-DFlash (5 layers, 32 query / 8 KV heads x 128, MLP
-    # 17,408, target layers [1, 16, 31, 46, 61]), with sliding layers like
-    # the other presets' drafters.
-    "qwen3.5-27b": (
-        TargetShape(
-            num_hidden_layers=64,
-            hidden_size=5120,
-            intermediate_size=17408,
-            vocab_size=248320,
-        ),
-        DrafterShape(
-            num_hidden_layers=5,
-            intermediate_size=17408,
-            num_attention_heads=32,
-            num_key_value_heads=8,
-            head_dim=128,
-        ),
-    ),
+    "qwen3.5-27b": (_QWEN35_27B, _QWEN35_27B_DFLASH),
 }
 
 # Cap on the bytes of one safetensors shard, so that the 27B-geometry model

@@ -555,7 +555,6 @@ def _spill_bytes_offline(geometry, block_size, arch):
         constants.update(
             TOKENS_PER_PROGRAM=geometry.block_m // 6,
             BLOCK_R=geometry.block_m,
-            EXACT_QK=geometry.exact_qk,
         )
     else:
         kernel = mod.kernel_int8_split_kv_attention

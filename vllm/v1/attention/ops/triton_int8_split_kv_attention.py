@@ -94,10 +94,6 @@ class Int8SplitKVGeometry:
         swap_ab: One program holds every query row of a (request, KV head)
             and puts the KV tile on the M axis of both dots, so each tile is
             read and widened once (``kernel_int8_split_kv_verify``).
-        exact_qk: With ``swap_ab``, Q.K from two int8 parts of Q (exact to
-            fp32 rounding); otherwise from one (Q rounded to 8 bits).
-        max_registers: Registers per thread the compiler may use (0: its
-            own choice); fewer let more programs share a multiprocessor.
     """
 
     tile_size: int
@@ -106,8 +102,6 @@ class Int8SplitKVGeometry:
     num_stages: int
     block_m: int = 16
     swap_ab: bool = False
-    exact_qk: bool = True
-    max_registers: int = 0
 
 
 # Geometry tables, one per GPU family (compute capability major version):
@@ -375,12 +369,9 @@ def _load_tile(
         v_ptrs = v_head_ptr + v_cols[:, None] + offs_d[None, :] * BLOCK_SIZE
     if MASKED:
         valid = tile_start + offs_t < seq_len
-        if TOKENS_FIRST:
-            K = tl.load(k_ptrs, mask=valid[:, None], other=0)
-            V = tl.load(v_ptrs, mask=valid[None, :], other=0)
-        else:
-            K = tl.load(k_ptrs, mask=valid[None, :], other=0)
-            V = tl.load(v_ptrs, mask=valid[:, None], other=0)
+        token_rows, token_cols = valid[:, None], valid[None, :]
+        K = tl.load(k_ptrs, mask=token_rows if TOKENS_FIRST else token_cols, other=0)
+        V = tl.load(v_ptrs, mask=token_cols if TOKENS_FIRST else token_rows, other=0)
         k_scale = tl.load(ks_head_ptr + scale_offs, mask=valid, other=0.0)
         v_scale = tl.load(vs_head_ptr + scale_offs, mask=valid, other=0.0)
     else:
@@ -389,6 +380,18 @@ def _load_tile(
         k_scale = tl.load(ks_head_ptr + scale_offs)
         v_scale = tl.load(vs_head_ptr + scale_offs)
     return K, V, k_scale, v_scale
+
+
+@triton.jit
+def _segment_tiles(seq_len, q_len, segm_idx, num_segments, TILE_SIZE: tl.constexpr):
+    """This segment's KV tiles ``[tile_lo, tile_hi)`` (trailing segments may be
+    empty); tiles below ``full_hi`` are seen whole by every query row."""
+    num_tiles = tl.cdiv(seq_len, TILE_SIZE)
+    tiles_per_segment = tl.cdiv(num_tiles, num_segments)
+    tile_lo = segm_idx * tiles_per_segment
+    tile_hi = tl.minimum(tile_lo + tiles_per_segment, num_tiles)
+    full_hi = tl.minimum(tile_hi, (seq_len - q_len + 1) // TILE_SIZE)
+    return tile_lo, tl.maximum(full_hi, tile_lo), tile_hi
 
 
 # Context segments and the block-table row stride are runtime arguments: a
@@ -473,14 +476,9 @@ def kernel_int8_split_kv_attention(
     q_hi = q_hi.to(tl.int8)
     row_qk_scale = q_scale * (qk_scale / 254.0)
 
-    # This segment's range of KV tiles; trailing segments may be empty.
-    num_tiles = tl.cdiv(seq_len, TILE_SIZE)
-    tiles_per_segment = tl.cdiv(num_tiles, num_segments)
-    tile_lo = segm_idx * tiles_per_segment
-    tile_hi = tl.minimum(tile_lo + tiles_per_segment, num_tiles)
-    # Tiles below full_hi are seen whole by every query row.
-    full_hi = tl.minimum(tile_hi, (seq_len - q_len + 1) // TILE_SIZE)
-    full_hi = tl.maximum(full_hi, tile_lo)
+    tile_lo, full_hi, tile_hi = _segment_tiles(
+        seq_len, q_len, segm_idx, num_segments, TILE_SIZE
+    )
 
     # m_i: each row's softmax reference (log2 units); l_i: the sum of P; acc:
     # the sum of P * v_scale * V in units of v_ref (the largest V scale seen
@@ -611,7 +609,6 @@ def kernel_int8_split_kv_verify(
     TILE_SIZE: tl.constexpr,
     RUN: tl.constexpr,
     WIDEN: tl.constexpr,
-    EXACT_QK: tl.constexpr,  # Q as two int8 parts (exact) or one (7 bits)
     P_LOG2_SCALE: tl.constexpr,  # P and l carry a factor 2**P_LOG2_SCALE
     RESCALE_THRESHOLD: tl.constexpr,
 ):
@@ -654,22 +651,15 @@ def kernel_int8_split_kv_verify(
     q_amax = tl.max(tl.max(tl.abs(q_t), axis=1), axis=0)
     q_scale = tl.where(q_amax > 0.0, q_amax / 127.0, 1.0)
     q_t = q_t / q_scale
+    # Q / s = q_hi + q_lo / 254: 254 * (K . q_hi) + K . q_lo is exact.
     q_hi = tl.floor(q_t + 0.5)
-    if EXACT_QK:
-        # Q / s = q_hi + q_lo / 254: 254 * (K . q_hi) + K . q_lo is exact.
-        q_lo = tl.floor((q_t - q_hi) * 254.0 + 0.5).to(tl.int8)
-        qk_unit = q_scale * (qk_scale / 254.0)
-    else:
-        q_lo = q_hi.to(tl.int8)
-        qk_unit = q_scale * qk_scale
+    q_lo = tl.floor((q_t - q_hi) * 254.0 + 0.5).to(tl.int8)
     q_hi = q_hi.to(tl.int8)
+    qk_unit = q_scale * (qk_scale / 254.0)
 
-    num_tiles = tl.cdiv(seq_len, TILE_SIZE)
-    tiles_per_segment = tl.cdiv(num_tiles, num_segments)
-    tile_lo = segm_idx * tiles_per_segment
-    tile_hi = tl.minimum(tile_lo + tiles_per_segment, num_tiles)
-    full_hi = tl.minimum(tile_hi, (seq_len - q_len + 1) // TILE_SIZE)
-    full_hi = tl.maximum(full_hi, tile_lo)
+    tile_lo, full_hi, tile_hi = _segment_tiles(
+        seq_len, q_len, segm_idx, num_segments, TILE_SIZE
+    )
 
     # m_i: each row's softmax reference (log2 units; a finite sentinel until
     # the row sees a key, so that S - m_i never computes -inf - -inf); l_i:
@@ -705,11 +695,8 @@ def kernel_int8_split_kv_verify(
                 masked,
                 True,
             )
-            if EXACT_QK:
-                S = tl.dot(K, q_hi, out_dtype=tl.int32) * 254
-                S = tl.dot(K, q_lo, acc=S, out_dtype=tl.int32).to(tl.float32)
-            else:
-                S = tl.dot(K, q_hi, out_dtype=tl.int32).to(tl.float32)
+            S = tl.dot(K, q_hi, out_dtype=tl.int32) * 254
+            S = tl.dot(K, q_lo, acc=S, out_dtype=tl.int32).to(tl.float32)
             S = S * (k_scale * qk_unit)[:, None]
             if masked:
                 kv_pos = j * TILE_SIZE + tl.arange(0, TILE_SIZE)
@@ -1002,8 +989,6 @@ def int8_split_kv_attention(
         num_warps=geometry.num_warps,
         num_stages=geometry.num_stages,
     )
-    if geometry.max_registers:
-        common["maxnreg"] = geometry.max_registers
     args = (
         out,
         segm_output,
@@ -1034,7 +1019,6 @@ def int8_split_kv_attention(
             TOKENS_PER_PROGRAM=tokens,
             # tl.dot needs at least 16 columns.
             BLOCK_R=max(16, triton.next_power_of_2(tokens * num_queries_per_kv)),
-            EXACT_QK=geometry.exact_qk,
             **common,
         )
     else:
