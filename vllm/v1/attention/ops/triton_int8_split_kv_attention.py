@@ -114,9 +114,9 @@ class Int8SplitKVGeometry:
 # benchmark_int8_kv_attention.py): verify steps of more than 32 rows put
 # every row of a KV head in one program (swap_ab; 64 rows at most, so 12-16
 # tokens x 6 heads take two programs), 1.3-1.6x faster than spreading them
-# over 32-row programs.  That entry spills 32-112 bytes per thread around
-# the KV loop (query quantisation before it, output store after it); every
-# spill-free swap_ab geometry was slower (32-row programs, 8 warps).
+# over 32-row programs.  That entry spills 8-32 bytes per thread outside
+# the KV loop; every spill-free swap_ab geometry was slower (8 warps).
+# Row-packing programs of 64 rows (wgmma for both dots) were 1.4x slower.
 _SM90_GEOMETRIES: tuple[tuple[int, Int8SplitKVGeometry], ...] = (
     (16, Int8SplitKVGeometry(32, 128, 2, 2, 16)),
     (32, Int8SplitKVGeometry(32, 64, 4, 2, 32)),
@@ -656,6 +656,27 @@ def kernel_int8_split_kv_verify(
     q_lo = tl.floor((q_t - q_hi) * 254.0 + 0.5).to(tl.int8)
     q_hi = q_hi.to(tl.int8)
     qk_unit = q_scale * (qk_scale / 254.0)
+    # Round-trip the int8 query through memory that only this program
+    # writes, and only after the loop: its rows of the output (2 * HEAD_SIZE
+    # bytes each) without segments, else its partial-output slots.  A dot
+    # operand that comes from a load is read from shared memory on every
+    # tile instead of taking registers for the whole loop, which leaves the
+    # loop room without spills.  Rows past the request are other programs'.
+    if num_segments == 1:
+        staging = (
+            out_ptr + token_idx[None, :] * out_stride_0 + q_head[None, :] * out_stride_1
+        ).to(tl.pointer_type(tl.int8), bitcast=True)
+    else:
+        partial = (token_idx * num_segments + segm_idx) * num_query_heads + q_head
+        staging = (segm_out_ptr + partial[None, :] * HEAD_SIZE).to(
+            tl.pointer_type(tl.int8), bitcast=True
+        )
+    staging += offs_d[:, None]
+    tl.store(staging, q_hi, mask=row_mask[None, :])
+    tl.store(staging + HEAD_SIZE, q_lo, mask=row_mask[None, :])
+    tl.debug_barrier()
+    q_hi = tl.load(staging, mask=row_mask[None, :], other=0)
+    q_lo = tl.load(staging + HEAD_SIZE, mask=row_mask[None, :], other=0)
 
     tile_lo, full_hi, tile_hi = _segment_tiles(
         seq_len, q_len, segm_idx, num_segments, TILE_SIZE
