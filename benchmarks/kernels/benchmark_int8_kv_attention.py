@@ -60,6 +60,7 @@ SELECT_CANDIDATES = {
         G(32, 64, 2, 2, 32),
     ],
     256: [
+        G(16, 64, 4, 3, 64, swap_ab=True),
         G(32, 64, 4, 2, 64, swap_ab=True),
         G(32, 64, 4, 3, 64, swap_ab=True),
         G(16, 64, 4, 2, 64, swap_ab=True),

@@ -641,9 +641,8 @@ SPILL_ENTRIES = [
     for arch in SPILL_ARCHS
     for entry in range(len(geometry_table(arch // 10)))
 ]
-# Known spills, in bytes per thread: the sm_80 decode entry (two registers),
-# and the sm_90 verify entry (outside the KV loop).
-ALLOWED_SPILL_BYTES = {(80, 0): 8, (90, 2): 32}
+# Known spills, in bytes per thread: the sm_80 decode entry (two registers).
+ALLOWED_SPILL_BYTES = {(80, 0): 8}
 
 
 def _table_spill_bytes() -> dict[str, int]:

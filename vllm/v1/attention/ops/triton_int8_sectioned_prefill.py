@@ -29,6 +29,7 @@ import torch
 from vllm.logger import init_logger
 from vllm.triton_utils import tl, triton
 from vllm.v1.attention.ops.merge_attn_states import merge_attn_states
+from vllm.v1.attention.ops.triton_int8_split_kv_attention import MAX_QUERY_LEN
 
 logger = init_logger(__name__)
 
@@ -37,8 +38,9 @@ DEFAULT_SECTION_TOKENS = 32 * 1024
 # 2K query rows x 24 heads x 256 x bf16 = 24 MiB of partial output.
 DEFAULT_QUERY_TILE_TOKENS = 2 * 1024
 # Requests with at most this many query tokens (decode, spec-decode verify)
-# go to the decode path; longer ones to the sectioned prefill path.
-INT8_PTH_DECODE_QUERY_LEN = 16
+# go to the decode path (the split-KV kernel's limit); longer ones to the
+# sectioned prefill path.
+INT8_PTH_DECODE_QUERY_LEN = MAX_QUERY_LEN
 
 # (q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
 #  causal, softmax_scale) -> lse [num_heads, num_q_tokens] (float32).
