@@ -116,9 +116,10 @@ class Int8SplitKVGeometry:
 # tokens x 6 heads take two programs), 1.6-1.7x faster than spreading them
 # over 32-row programs.  16-token tiles lie inside any cache block, so the
 # KV loop reads each tile's block-table entry one iteration ahead and three
-# pipeline stages keep the next tile's copies in flight (3-12% faster than
-# 32-token tiles in two stages).  8 warps, and row-packing programs of 64
-# rows (wgmma for both dots), were 1.4-1.7x slower.
+# pipeline stages keep the next tile's copies in flight (than 32-token
+# tiles in two stages: 4-11% faster with 1600-token blocks, within 3% with
+# 16-token blocks).  8 warps, and row-packing programs of 64 rows (wgmma
+# for both dots), were 1.4-1.7x slower.
 _SM90_GEOMETRIES: tuple[tuple[int, Int8SplitKVGeometry], ...] = (
     (16, Int8SplitKVGeometry(32, 128, 2, 2, 16)),
     (32, Int8SplitKVGeometry(32, 64, 4, 2, 32)),
