@@ -307,6 +307,14 @@ def _int8_to_dot_operand(x, WIDEN: tl.constexpr):
 
 
 @triton.jit
+def _tile_block(
+    block_table_row, tile_idx, TILE_SIZE: tl.constexpr, BLOCK_SIZE: tl.constexpr
+):
+    """Block-table entry of the cache block holding a tile's first token."""
+    return tl.load(block_table_row + tile_idx * TILE_SIZE // BLOCK_SIZE)
+
+
+@triton.jit
 def _load_tile(
     k_head_ptr,
     v_head_ptr,
@@ -342,7 +350,7 @@ def _load_tile(
     offs_t = tl.arange(0, TILE_SIZE)
     if RUN == TILE_SIZE:
         if block is None:
-            block = tl.load(block_table_row + tile_start // BLOCK_SIZE)
+            block = _tile_block(block_table_row, tile_idx, TILE_SIZE, BLOCK_SIZE)
         block = block.to(tl.int64)
         slot0 = tile_start % BLOCK_SIZE
         k_base = tl.multiple_of(block * stride_page + slot0 * HEAD_SIZE, 16)
@@ -712,16 +720,17 @@ def kernel_int8_split_kv_verify(
             # wait also drains the next tile's K/V copies, so no load would
             # stay in flight across a tile's work.  (An empty loop reads a
             # tile that exists.)
-            next_block = tl.load(
-                block_table_row
-                + tl.maximum(tl.minimum(lo, hi - 1), 0) * TILE_SIZE // BLOCK_SIZE
+            next_block = _tile_block(
+                block_table_row,
+                tl.maximum(tl.minimum(lo, hi - 1), 0),
+                TILE_SIZE,
+                BLOCK_SIZE,
             )
         for j in range(lo, hi):
             if RUN == TILE_SIZE:
                 block = next_block
-                next_block = tl.load(
-                    block_table_row
-                    + tl.minimum(j + 1, hi - 1) * TILE_SIZE // BLOCK_SIZE
+                next_block = _tile_block(
+                    block_table_row, tl.minimum(j + 1, hi - 1), TILE_SIZE, BLOCK_SIZE
                 )
             else:
                 block = None
