@@ -270,6 +270,65 @@ def test_int8_split_kv_verify(num_heads, head_size, geometry):
     assert rel_err(output, ref_deq) < 0.01
 
 
+# One of each kernel and P.V form: row-packing with one P.V dot, with P.V
+# split into channel chunks (warps own rows), and the swapped verify kernel.
+RESCALE_GEOMETRIES = [
+    Int8SplitKVGeometry(32, 4, 2, 2, 16),
+    Int8SplitKVGeometry(16, 4, 2, 3, 32, pv_chunk=32),
+    Int8SplitKVGeometry(32, 4, 2, 2, 32, pv_chunk=32),
+    Int8SplitKVGeometry(16, 4, 4, 3, 64, swap_ab=True),
+]
+
+
+@pytest.mark.parametrize("geometry", RESCALE_GEOMETRIES)
+@pytest.mark.parametrize("query_len", [1, 4, 9])
+@torch.inference_mode()
+def test_int8_split_kv_growing_scales(geometry, query_len):
+    """K and V whose magnitudes grow along the context (V 100x, K 4x), so
+    the softmax reference and the V-scale reference move on many tiles:
+    the accumulator takes both corrections, the running sum of P only the
+    softmax one.  Checked against fp32 attention on the dequantised cache."""
+    torch.set_default_device(DEVICE_TYPE)
+    torch.manual_seed(3)
+    num_query_heads, num_kv_heads, head_size = 12, 2, 128
+    kv_len, num_blocks = 700, 64
+    kv_cache = make_kv_cache_tensor(num_blocks, num_kv_heads, head_size)
+    views = int8_per_token_head_planar_views(kv_cache, head_size)
+    block_table = torch.randperm(num_blocks, dtype=torch.int32)[None, :]
+    # Position of each (block, slot) in the request.
+    position = torch.empty(num_blocks, BLOCK_SIZE)
+    position[block_table[0].long()] = torch.arange(
+        num_blocks * BLOCK_SIZE, dtype=torch.float32
+    ).view(num_blocks, BLOCK_SIZE)
+    ramp = (position / kv_len).clamp(max=1.0)[..., None, None]
+    deq = []
+    for (data_view, scale_view), growth in (
+        ((views[0], views[2]), 3.0),
+        ((views[1], views[3]), 99.0),
+    ):
+        x = torch.randn(num_blocks, BLOCK_SIZE, num_kv_heads, head_size)
+        data, scale = _quantize_int8_per_token_head(x * (1.0 + growth * ramp))
+        data_view.copy_(data)
+        scale_view.copy_(scale)
+        deq.append(data.float() * scale[..., None])
+    query = torch.randn(query_len, num_query_heads, head_size, dtype=DTYPE)
+    cu_query_lens = torch.tensor([0, query_len], dtype=torch.int32)
+    output = _split_kv(
+        query,
+        views[:4],
+        cu_query_lens,
+        block_table,
+        [query_len],
+        [kv_len],
+        geometry=geometry,
+    )
+    ref = ref_paged_attn(
+        query, deq[0], deq[1], [query_len], [kv_len], block_table, head_size**-0.5
+    )
+    err = ((output.float() - ref).norm() / ref.norm()).item()
+    assert err < 0.01, f"{geometry}: relative error {err:.4f}"
+
+
 @pytest.mark.parametrize(
     ("block_size", "tile_size"),
     # Tiles inside one block at an offset (64/32, 1600/32 as on Qwen3.5 with
@@ -431,8 +490,13 @@ def test_int8_split_kv_rejects_bad_input():
 def test_int8_split_kv_geometry_table(capability_major):
     """The selector returns its family's entry for the step's query rows,
     with a power-of-two number of segments that fits the scratch buffers;
-    on Hopper, verify steps of more than 32 rows take the swapped kernel."""
+    on Hopper, verify steps of more than 32 rows take the swapped kernel.
+    Entries that split P.V keep their dots and KV tiles no wider than their
+    rows (wider ones make Triton spread warps over tokens and channels)."""
     table = GEOMETRY_TABLES[capability_major]
+    for _, g in table:
+        if g.pv_chunk:
+            assert not g.swap_ab and max(g.pv_chunk, g.tile_size) <= g.block_m, g
     for max_query_len in range(1, MAX_QUERY_LEN + 1):
         rows = 6 * max_query_len
         entry = next(g for r, g in table if rows <= r)
@@ -482,7 +546,9 @@ def test_int8_split_kv_geometry_scales_with_the_sm_count():
         assert select(66, max_query_len=max_query_len).num_segments == full // 2
         assert select(84, max_query_len=max_query_len).num_segments == full // 2
     # Ampere/Ada keep the row-split kernel for every query length.
-    assert select(132, 8, max_query_len=6) == GEOMETRY_TABLES[8][1][1]
+    assert select(132, 8, max_query_len=6) == next(
+        g for rows, g in GEOMETRY_TABLES[8] if rows >= 36
+    )
     assert not select(132, 8, max_query_len=16).swap_ab
     # Families without a table of their own take the nearest older one.
     assert geometry_table(12) is GEOMETRY_TABLES[9]
@@ -560,7 +626,9 @@ def _spill_bytes_offline(geometry, block_size, arch):
         )
     else:
         kernel = mod.kernel_int8_split_kv_attention
-        constants.update(BLOCK_M=geometry.block_m)
+        constants.update(
+            BLOCK_M=geometry.block_m, PV_CHUNK=min(geometry.pv_chunk or 256, 256)
+        )
     constants.update(
         HEAD_SIZE=256,
         BLOCK_SIZE=block_size,

@@ -26,7 +26,9 @@ memory-bound: each step streams the whole context once.  The kernel here
 * packs the query heads that share a KV head and the query tokens of a
   request into the rows of a tile (``BLOCK_M`` rows per program; larger
   verify steps spread their rows over programs that read the same K/V
-  tiles through L2);
+  tiles through L2); with ``PV_CHUNK`` the P.V product runs as dots of
+  that many output channels, no wider than the rows, which makes Triton
+  give each warp whole rows, so a row's softmax never leaves its warp;
 * for larger verify steps, ``kernel_int8_split_kv_verify`` swaps the
   operands instead (``S^T = K Q^T``, ``O^T += V^T P^T``): the KV tile is the
   M axis of both dots and one program holds up to 64 query rows, so each
@@ -94,6 +96,10 @@ class Int8SplitKVGeometry:
         swap_ab: One program holds every query row of a (request, KV head)
             and puts the KV tile on the M axis of both dots, so each tile is
             read and widened once (``kernel_int8_split_kv_verify``).
+        pv_chunk: Output channels per P.V dot of the row-packing kernel (0:
+            one dot over the whole head).  Dots no wider than ``block_m`` (and
+            tiles no longer than it) make Triton give each warp whole rows,
+            so the softmax needs no cross-warp traffic.
     """
 
     tile_size: int
@@ -102,6 +108,7 @@ class Int8SplitKVGeometry:
     num_stages: int
     block_m: int = 16
     swap_ab: bool = False
+    pv_chunk: int = 0
 
 
 # Geometry tables, one per GPU family (compute capability major version):
@@ -119,10 +126,12 @@ class Int8SplitKVGeometry:
 # pipeline stages keep the next tile's copies in flight (than 32-token
 # tiles in two stages: 4-11% faster with 1600-token blocks, within 3% with
 # 16-token blocks).  8 warps, and row-packing programs of 64 rows (wgmma
-# for both dots), were 1.4-1.7x slower.
+# for both dots), were 1.4-1.7x slower.  17-32 rows (4 tokens x 6 heads)
+# split P.V into 32-channel dots so that each of 2 warps owns 16 rows:
+# 1.1-1.5x faster than one P.V dot over the head with 4 warps.
 _SM90_GEOMETRIES: tuple[tuple[int, Int8SplitKVGeometry], ...] = (
     (16, Int8SplitKVGeometry(32, 128, 2, 2, 16)),
-    (32, Int8SplitKVGeometry(32, 64, 4, 2, 32)),
+    (32, Int8SplitKVGeometry(32, 128, 2, 2, 32, pv_chunk=32)),
     (16 * MAX_QUERY_LEN, Int8SplitKVGeometry(16, 64, 4, 3, 64, swap_ab=True)),
 )
 # Ampere and Ada (sm_80/86/89): no timings yet.  Geometries that compile
@@ -130,6 +139,11 @@ _SM90_GEOMETRIES: tuple[tuple[int, Int8SplitKVGeometry], ...] = (
 # thread on sm_80) and fit its 99 KB of shared memory per block.
 _SM8X_GEOMETRIES: tuple[tuple[int, Int8SplitKVGeometry], ...] = (
     (16, Int8SplitKVGeometry(32, 128, 2, 2, 16)),
+    # The split P.V form of sm_90's 32-row entry (the same mma.sync code)
+    # with 16-token tiles in three stages, since 32-token tiles spill on
+    # sm_86: 0.94-1.16x FA3 at 4 tokens on an H200, where one P.V dot over
+    # the head (the 64-row entry below) took 0.73-0.87x.
+    (32, Int8SplitKVGeometry(16, 128, 2, 3, 32, pv_chunk=32)),
     (64, Int8SplitKVGeometry(32, 64, 4, 2, 32)),
     (16 * MAX_QUERY_LEN, Int8SplitKVGeometry(32, 32, 4, 2, 32)),
 )
@@ -315,27 +329,25 @@ def _tile_block(
 
 
 @triton.jit
-def _load_tile(
-    k_head_ptr,
-    v_head_ptr,
-    ks_head_ptr,
-    vs_head_ptr,
+def _tile_offsets(
     block_table_row,
     stride_page,
     stride_scale_page,
     tile_idx,
     seq_len,
-    HEAD_SIZE: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     TILE_SIZE: tl.constexpr,
     RUN: tl.constexpr,
+    HEAD_SIZE: tl.constexpr,
     MASKED: tl.constexpr,
-    TOKENS_FIRST: tl.constexpr = False,
     block=None,
 ):
-    """K (``[HEAD_SIZE, TILE_SIZE]``), V (``[TILE_SIZE, HEAD_SIZE]``) and
-    their scales for the tokens of one KV tile; with ``TOKENS_FIRST`` the
-    transposes, K ``[TILE_SIZE, HEAD_SIZE]`` and V ``[HEAD_SIZE, TILE_SIZE]``.
+    """Where the tokens of one KV tile lie: ``(k_rows, v_cols, scale_offs)``,
+    the byte offsets (``[TILE_SIZE]``) of each token's K row and V column
+    and the word offsets of its scales, from the start of the KV head.  A
+    tile inside one block has its scales in one run: ``scale_offs`` is then
+    the scalar offset of the first (a scalar base with small vector offsets
+    leaves the loop a few registers more than a vector of 64-bit offsets).
 
     A tile is read in runs of ``RUN`` tokens that lie inside one cache block
     (``RUN == TILE_SIZE`` when the tile divides the block): one block-table
@@ -346,7 +358,6 @@ def _load_tile(
     compiler emit 16-byte loads for both.
     """
     tile_start = tile_idx * TILE_SIZE
-    offs_d = tl.arange(0, HEAD_SIZE)
     offs_t = tl.arange(0, TILE_SIZE)
     if RUN == TILE_SIZE:
         if block is None:
@@ -356,7 +367,7 @@ def _load_tile(
         k_base = tl.multiple_of(block * stride_page + slot0 * HEAD_SIZE, 16)
         k_rows = k_base + offs_t * HEAD_SIZE
         v_cols = tl.multiple_of(block * stride_page + slot0, 16) + offs_t
-        scale_offs = block * stride_scale_page + slot0 + offs_t
+        scale_offs = block * stride_scale_page + slot0
     else:
         run_start = tile_start + (offs_t // RUN) * RUN
         if MASKED:
@@ -376,6 +387,56 @@ def _load_tile(
         k_rows = tl.multiple_of(block * stride_page + slot * HEAD_SIZE, 16)
         v_cols = base + offs_t % RUN
         scale_offs = block * stride_scale_page + slot
+    return k_rows, v_cols, scale_offs
+
+
+@triton.jit
+def _load_tile(
+    k_head_ptr,
+    v_head_ptr,
+    ks_head_ptr,
+    vs_head_ptr,
+    block_table_row,
+    stride_page,
+    stride_scale_page,
+    tile_idx,
+    seq_len,
+    HEAD_SIZE: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    TILE_SIZE: tl.constexpr,
+    RUN: tl.constexpr,
+    MASKED: tl.constexpr,
+    TOKENS_FIRST: tl.constexpr = False,
+    block=None,
+    V_CHANNELS: tl.constexpr = 0,
+):
+    """K (``[HEAD_SIZE, TILE_SIZE]``), V (``[TILE_SIZE, HEAD_SIZE]``) and
+    their scales for the tokens of one KV tile (see :func:`_tile_offsets`);
+    with ``TOKENS_FIRST`` the transposes, K ``[TILE_SIZE, HEAD_SIZE]`` and V
+    ``[HEAD_SIZE, TILE_SIZE]``.  With ``V_CHANNELS`` the V returned is
+    ``v_cols``, for a caller that loads V in slices of channels
+    (:func:`_load_v_channels`).
+    """
+    k_rows, v_cols, scale_offs = _tile_offsets(
+        block_table_row,
+        stride_page,
+        stride_scale_page,
+        tile_idx,
+        seq_len,
+        BLOCK_SIZE,
+        TILE_SIZE,
+        RUN,
+        HEAD_SIZE,
+        MASKED,
+        block,
+    )
+    if RUN == TILE_SIZE:
+        ks_ptrs = ks_head_ptr + scale_offs + tl.arange(0, TILE_SIZE)
+        vs_ptrs = vs_head_ptr + scale_offs + tl.arange(0, TILE_SIZE)
+    else:
+        ks_ptrs = ks_head_ptr + scale_offs
+        vs_ptrs = vs_head_ptr + scale_offs
+    offs_d = tl.arange(0, HEAD_SIZE)
     if TOKENS_FIRST:
         k_ptrs = k_head_ptr + k_rows[:, None] + offs_d[None, :]
         v_ptrs = v_head_ptr + v_cols[None, :] + offs_d[:, None] * BLOCK_SIZE
@@ -383,18 +444,54 @@ def _load_tile(
         k_ptrs = k_head_ptr + k_rows[None, :] + offs_d[:, None]
         v_ptrs = v_head_ptr + v_cols[:, None] + offs_d[None, :] * BLOCK_SIZE
     if MASKED:
-        valid = tile_start + offs_t < seq_len
+        valid = tile_idx * TILE_SIZE + tl.arange(0, TILE_SIZE) < seq_len
         token_rows, token_cols = valid[:, None], valid[None, :]
         K = tl.load(k_ptrs, mask=token_rows if TOKENS_FIRST else token_cols, other=0)
-        V = tl.load(v_ptrs, mask=token_cols if TOKENS_FIRST else token_rows, other=0)
-        k_scale = tl.load(ks_head_ptr + scale_offs, mask=valid, other=0.0)
-        v_scale = tl.load(vs_head_ptr + scale_offs, mask=valid, other=0.0)
+        k_scale = tl.load(ks_ptrs, mask=valid, other=0.0)
+        v_scale = tl.load(vs_ptrs, mask=valid, other=0.0)
+        if V_CHANNELS:
+            V = v_cols
+        else:
+            V = tl.load(
+                v_ptrs, mask=token_cols if TOKENS_FIRST else token_rows, other=0
+            )
     else:
         K = tl.load(k_ptrs)
-        V = tl.load(v_ptrs)
-        k_scale = tl.load(ks_head_ptr + scale_offs)
-        v_scale = tl.load(vs_head_ptr + scale_offs)
+        k_scale = tl.load(ks_ptrs)
+        v_scale = tl.load(vs_ptrs)
+        V = v_cols if V_CHANNELS else tl.load(v_ptrs)
     return K, V, k_scale, v_scale
+
+
+@triton.jit
+def _load_v_channels(
+    v_head_ptr,
+    v_cols,
+    tile_idx,
+    seq_len,
+    chunk: tl.constexpr,
+    CHANNELS: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    TILE_SIZE: tl.constexpr,
+    MASKED: tl.constexpr,
+):
+    """V ``[TILE_SIZE, CHANNELS]``: channels ``chunk * CHANNELS`` onwards of
+    the tile whose V columns :func:`_load_tile` returned."""
+    offs_c = chunk * CHANNELS + tl.arange(0, CHANNELS)
+    v_ptrs = v_head_ptr + v_cols[:, None] + offs_c[None, :] * BLOCK_SIZE
+    if MASKED:
+        valid = tile_idx * TILE_SIZE + tl.arange(0, TILE_SIZE) < seq_len
+        return tl.load(v_ptrs, mask=valid[:, None], other=0)
+    return tl.load(v_ptrs)
+
+
+@triton.jit
+def _scale_rows(accs, factor):
+    """Each accumulator of ``accs`` with row i multiplied by ``factor[i]``."""
+    scaled = ()
+    for c in tl.static_range(len(accs)):
+        scaled = scaled + (accs[c] * factor[:, None],)
+    return scaled
 
 
 @triton.jit
@@ -449,6 +546,7 @@ def kernel_int8_split_kv_attention(
     WIDEN: tl.constexpr,
     P_LOG2_SCALE: tl.constexpr,  # P and l_i carry a factor 2**P_LOG2_SCALE
     RESCALE_THRESHOLD: tl.constexpr,
+    PV_CHUNK: tl.constexpr,  # output channels per P.V dot (HEAD_SIZE: one dot)
 ):
     # The row splits of one (request, KV head) are adjacent program ids, so
     # they run together and share each K/V tile through L2.
@@ -495,12 +593,15 @@ def kernel_int8_split_kv_attention(
         seq_len, q_len, segm_idx, num_segments, TILE_SIZE
     )
 
-    # m_i: each row's softmax reference (log2 units); l_i: the sum of P; acc:
+    # m_i: each row's softmax reference (log2 units; a finite sentinel until
+    # the row sees a key, so that S - m_i never computes -inf - -inf); l_i:
+    # the sum of P; accs:
     # the sum of P * v_scale * V in units of v_ref (the largest V scale seen
-    # when the reference last moved), so P * v_scale / v_ref fits fp16.
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    # when the reference last moved), so P * v_scale / v_ref fits fp16, one
+    # accumulator per PV_CHUNK output channels.
+    m_i = tl.full([BLOCK_M], -3.0e38, tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_SIZE], tl.float32)
+    accs = (tl.zeros([BLOCK_M, PV_CHUNK], tl.float32),) * (HEAD_SIZE // PV_CHUNK)
     v_ref = tl.full([], 1e-30, tl.float32)
     block_table_row = block_table_ptr + seq_idx.to(tl.int64) * block_table_stride
     k_head_ptr = k_cache_ptr + kv_head_idx * stride_head
@@ -529,60 +630,94 @@ def kernel_int8_split_kv_attention(
                 TILE_SIZE,
                 RUN,
                 masked,
+                V_CHANNELS=PV_CHUNK < HEAD_SIZE,
             )
             # 254 * (q_hi . K) + q_lo . K: an exact int32 below 2**30.
-            S = tl.dot(q_hi, K, out_dtype=tl.int32) * 254
-            S = tl.dot(q_lo, K, acc=S, out_dtype=tl.int32).to(tl.float32)
-            S = S * row_qk_scale[:, None] * k_scale[None, :]
+            S_hi = tl.dot(q_hi, K, out_dtype=tl.int32).to(tl.float32)
+            S_lo = tl.dot(q_lo, K, out_dtype=tl.int32).to(tl.float32)
+            S = (S_hi * 254.0 + S_lo) * row_qk_scale[:, None] * k_scale[None, :]
             if masked:
                 kv_pos = j * TILE_SIZE + tl.arange(0, TILE_SIZE)
                 S = tl.where(kv_pos[None, :] < kv_limit[:, None], S, float("-inf"))
 
             # The reference moves only when some row's maximum exceeds it by
             # more than RESCALE_THRESHOLD (or a larger V scale arrives), so
-            # most tiles skip rescaling the accumulator.  A row that has seen
-            # no valid key keeps m_i == -inf and uses 0 as its reference, so
-            # exp2(-inf - -inf) never produces NaN.
+            # most tiles skip rescaling the accumulator.
             tile_max = tl.max(S, axis=1)
             v_max = tl.max(v_scale, axis=0)
-            growth = tl.where(tile_max > m_i, tile_max - m_i, 0.0)
-            if tl.max(growth, axis=0) > RESCALE_THRESHOLD or v_max > v_ref:
-                m_new = tl.maximum(m_i, tile_max)
-                m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+            if PV_CHUNK < HEAD_SIZE:
+                # Split P.V dots: each warp owns whole rows, so each row moves
+                # its own reference; a decision for the whole tile would cost
+                # a cross-warp reduction on every tile.
+                m_new = tl.where(tile_max > m_i + RESCALE_THRESHOLD, tile_max, m_i)
                 new_v_ref = tl.maximum(v_ref, v_max)
-                alpha = tl.exp2(m_i - m_ref)
+                alpha = tl.exp2(m_i - m_new)
                 l_i = l_i * alpha
-                acc = acc * (alpha * (v_ref / new_v_ref))[:, None]
+                accs = _scale_rows(accs, alpha * (v_ref / new_v_ref))
                 m_i = m_new
                 v_ref = new_v_ref
-            m_ref = tl.where(m_i == float("-inf"), 0.0, m_i)
+            else:
+                growth = tl.where(tile_max > m_i, tile_max - m_i, 0.0)
+                if tl.max(growth, axis=0) > RESCALE_THRESHOLD or v_max > v_ref:
+                    m_new = tl.maximum(m_i, tile_max)
+                    new_v_ref = tl.maximum(v_ref, v_max)
+                    alpha = tl.exp2(m_i - m_new)
+                    l_i = l_i * alpha
+                    accs = _scale_rows(accs, alpha * (v_ref / new_v_ref))
+                    m_i = m_new
+                    v_ref = new_v_ref
             # P <= 2**(P_LOG2_SCALE + RESCALE_THRESHOLD).
-            P = tl.exp2(S - (m_ref - P_LOG2_SCALE)[:, None])
+            P = tl.exp2(S - (m_i - P_LOG2_SCALE)[:, None])
             l_i += tl.sum(P, axis=1)
             P_v = (P * (v_scale / v_ref)[None, :]).to(tl.float16)
-            acc = tl.dot(P_v, _int8_to_dot_operand(V, WIDEN), acc)
+            if PV_CHUNK < HEAD_SIZE:
+                # V is the tile's V columns here; each dot reads its channels.
+                new_accs = ()
+                for c in tl.static_range(HEAD_SIZE // PV_CHUNK):
+                    V_c = _load_v_channels(
+                        v_head_ptr,
+                        V,
+                        j,
+                        seq_len,
+                        c,
+                        PV_CHUNK,
+                        BLOCK_SIZE,
+                        TILE_SIZE,
+                        masked,
+                    )
+                    new_accs = new_accs + (
+                        tl.dot(P_v, _int8_to_dot_operand(V_c, WIDEN), accs[c]),
+                    )
+                accs = new_accs
+            else:
+                accs = (tl.dot(P_v, _int8_to_dot_operand(V, WIDEN), accs[0]),)
 
     # Back to absolute units.
-    acc = acc * v_ref
     if num_segments == 1:
         inv_l = tl.where(l_i > 0.0, 1.0 / l_i, 0.0)
-        tl.store(
-            out_ptr
-            + token_idx[:, None] * out_stride_0
-            + q_head[:, None] * out_stride_1
-            + offs_d[None, :],
-            (acc * inv_l[:, None]).to(out_ptr.dtype.element_ty),
-            mask=row_mask[:, None],
-        )
+        out_rows = out_ptr + token_idx * out_stride_0 + q_head * out_stride_1
+        for c in tl.static_range(HEAD_SIZE // PV_CHUNK):
+            offs_c = c * PV_CHUNK + tl.arange(0, PV_CHUNK)
+            tl.store(
+                out_rows[:, None] + offs_c[None, :],
+                (accs[c] * (v_ref * inv_l)[:, None]).to(out_ptr.dtype.element_ty),
+                mask=row_mask[:, None],
+            )
     else:
-        # Unnormalised partials; empty segments store (-inf, 0, 0).
+        # Unnormalised partials; rows that saw no key store (-inf, 0, 0).
         partial = (token_idx * num_segments + segm_idx) * num_query_heads + q_head
+        for c in tl.static_range(HEAD_SIZE // PV_CHUNK):
+            offs_c = c * PV_CHUNK + tl.arange(0, PV_CHUNK)
+            tl.store(
+                segm_out_ptr + partial[:, None] * HEAD_SIZE + offs_c[None, :],
+                accs[c] * v_ref,
+                mask=row_mask[:, None],
+            )
         tl.store(
-            segm_out_ptr + partial[:, None] * HEAD_SIZE + offs_d[None, :],
-            acc,
-            mask=row_mask[:, None],
+            segm_max_ptr + partial,
+            tl.where(l_i > 0.0, m_i, float("-inf")),
+            mask=row_mask,
         )
-        tl.store(segm_max_ptr + partial, m_i, mask=row_mask)
         tl.store(segm_expsum_ptr + partial, l_i, mask=row_mask)
 
 
@@ -1084,7 +1219,13 @@ def int8_split_kv_attention(
         row_splits = triton.cdiv(rows, block_m)
         kernel_int8_split_kv_attention[
             (num_kv_heads * row_splits, num_seqs, num_segments)
-        ](*args, ROW_SPLITS=row_splits, BLOCK_M=block_m, **common)
+        ](
+            *args,
+            ROW_SPLITS=row_splits,
+            BLOCK_M=block_m,
+            PV_CHUNK=min(geometry.pv_chunk or head_size, head_size),
+            **common,
+        )
     if num_segments > 1:
         head_block = min(64, head_size)
         kernel_int8_split_kv_reduce[
