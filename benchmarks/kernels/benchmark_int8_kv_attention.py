@@ -55,6 +55,7 @@ G = split_kv.Int8SplitKVGeometry
 SELECT_CANDIDATES = {
     16: [G(32, 128, 2, 2, 16), G(64, 128, 2, 2, 16), G(32, 64, 4, 2, 16)],
     32: [
+        G(32, 128, 2, 2, 32, pv_chunk=32),
         G(16, 128, 2, 3, 32, pv_chunk=32),
         G(16, 128, 2, 2, 32, pv_chunk=32),
         G(16, 256, 2, 3, 32, pv_chunk=32),
