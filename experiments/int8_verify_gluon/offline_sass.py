@@ -1,0 +1,31 @@
+import sys, re; sys.path.insert(0, "experiments/int8_verify_gluon")
+from sass_stats import sass, loop_stats
+import importlib.util
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, compile
+from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
+spec = importlib.util.spec_from_file_location("gv", "experiments/int8_verify_gluon/gluon_verify.py")
+gv = importlib.util.module_from_spec(spec); spec.loader.exec_module(gv)
+k = gv.kernel_int8_verify_rows_gluon
+bs, tile, stages, warps, arch = [int(x) for x in sys.argv[1:6]]
+consts = dict(num_query_heads=24, NUM_QUERIES_PER_KV=6, ROW_SPLITS=1, HEAD=256, BLOCK_SIZE=bs, TILE=tile,
+              STAGES=stages, P_LOG2_SCALE=6.0, RESCALE_THRESHOLD=8.0, LAZY=int(sys.argv[6]) if len(sys.argv) > 6 else 1, DK=int(sys.argv[7]) if len(sys.argv) > 7 else 64, DV=int(sys.argv[8]) if len(sys.argv) > 8 else 64)
+ptrs = {"out_ptr": "*bf16", "q_ptr": "*bf16", "k_cache_ptr": "*i8", "v_cache_ptr": "*i8",
+        "block_table_ptr": "*i32", "seq_lens_ptr": "*i32", "query_start_loc_ptr": "*i32"}
+sig, aligned = {}, []
+for i, n in enumerate(k.arg_names):
+    if n in consts: sig[n] = "constexpr"
+    elif n == "qk_scale": sig[n] = "fp32"
+    elif n == "num_segments": sig[n] = "i32"
+    elif n.endswith("_ptr"): sig[n] = ptrs.get(n, "*fp32"); aligned.append(i)
+    else:
+        sig[n] = "i64"
+        if n != "block_table_stride": aligned.append(i)
+src = ASTSource(fn=k, signature=sig, constexprs={(k.arg_names.index(n),): v for n, v in consts.items()},
+                attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
+c = compile(src, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=warps))
+u, s = sass(c)
+print(re.findall(r"REG:\d+ STACK:\d+ SHARED:\d+", u))
+
+for lo, hi, n, ops in loop_stats(s):
+    print(hex(lo), hex(hi), n, dict(ops.most_common(40)))
