@@ -55,9 +55,12 @@ def _issue_tile(k_smem, v_smem, ks_smem, vs_smem, stage, tile, seq_len, block_ta
     # A 32-token tile is two 16-token runs, each inside one cache block:
     # two block-table entries, read as scalars.
     start = tile * TILE
-    last = gl.cdiv(seq_len, 16) * 16 - 16
     e0 = gl.load(block_table_row + start // BLOCK_SIZE).to(gl.int64)
-    e1 = gl.load(block_table_row + gl.minimum(start + 16, last) // BLOCK_SIZE).to(gl.int64)
+    if TILE == 32:
+        last = gl.cdiv(seq_len, 16) * 16 - 16
+        e1 = gl.load(block_table_row + gl.minimum(start + 16, last) // BLOCK_SIZE).to(gl.int64)
+    else:
+        e1 = e0
     base0 = e0 * stride_page + start % BLOCK_SIZE
     base1 = e1 * stride_page + (start + 16) % BLOCK_SIZE
     # K rows: [TILE, HEAD].
