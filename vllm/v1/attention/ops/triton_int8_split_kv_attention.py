@@ -632,7 +632,8 @@ def kernel_int8_split_kv_attention(
                 masked,
                 V_CHANNELS=PV_CHUNK < HEAD_SIZE,
             )
-            # 254 * (q_hi . K) + q_lo . K: an exact int32 below 2**30.
+            # 254 * (q_hi . K) + q_lo . K from two independent int8 dots (each
+            # an exact int32; summed in fp32, within 6e-8 of the exact sum).
             S_hi = tl.dot(q_hi, K, out_dtype=tl.int32).to(tl.float32)
             S_lo = tl.dot(q_lo, K, out_dtype=tl.int32).to(tl.float32)
             S = (S_hi * 254.0 + S_lo) * row_qk_scale[:, None] * k_scale[None, :]
