@@ -112,7 +112,9 @@ def kernel_int8_verify_rows_gluon(
     col_l: gl.constexpr = gl.SliceLayout(0, mma)
     blk2: gl.constexpr = gl.BlockedLayout([1, 16], [2, 16], [NW, 1], [1, 0])
     K_LOAD: gl.constexpr = gl.BlockedLayout([1, 16], [2, 16], [NW, 1], [1, 0])
-    V_LOAD: gl.constexpr = gl.BlockedLayout([1, 16], [16, 2], [NW, 1], [1, 0])
+    # One 16-byte run per thread per channel row: no two threads load (and
+    # widen) the same bytes.
+    V_LOAD: gl.constexpr = gl.BlockedLayout([1, 16], [32 * 16 // TILE, TILE // 16], [NW, 1], [1, 0])
     S_LOAD: gl.constexpr = gl.BlockedLayout([1], [32], [NW], [0])
     k_sl: gl.constexpr = gl.SwizzledSharedLayout(16, 1, 8, [1, 0])
     v_sl: gl.constexpr = gl.SwizzledSharedLayout(16, 1, 1, [1, 0])
@@ -205,10 +207,13 @@ def kernel_int8_verify_rows_gluon(
         for c in gl.static_range(HEAD // DK):
             kt = k_smem.index(stage).slice(c * DK, DK, dim=1).permute([1, 0]).load(k_op)
             s_int = mma_v2(q_lo_smem.slice(c * DK, DK, dim=1).load(q_op), kt, s_int)
+        k_scale = ks_smem.index(stage).load(col_l)
+        v_scale = vs_smem.index(stage).load(col_l)
         pos = j * TILE + t_col
-        valid = pos < seq_len
-        k_scale = gl.where(valid, ks_smem.index(stage).load(col_l), 0.0)
-        v_scale = gl.where(valid, vs_smem.index(stage).load(col_l), 0.0)
+        if j >= full_hi:
+            # Slots past the context hold whatever an earlier tile left.
+            k_scale = gl.where(pos < seq_len, k_scale, 0.0)
+            v_scale = gl.where(pos < seq_len, v_scale, 0.0)
         S = s_int.to(gl.float32) * gl.expand_dims(row_qk, 1) * gl.expand_dims(k_scale, 0)
         if j >= full_hi:
             S = gl.where(gl.expand_dims(pos, 0) < gl.expand_dims(kv_limit, 1), S, float("-inf"))
