@@ -484,6 +484,11 @@ def test_int8_split_kv_rejects_bad_input():
         int8_split_kv_attention(
             **{**kwargs, "geometry": Int8SplitKVGeometry(32, 3, 4, 2)}
         )
+    # A P.V split that would leave output channels out.
+    with pytest.raises(ValueError, match="pv_chunk 48"):
+        int8_split_kv_attention(
+            **{**kwargs, "geometry": Int8SplitKVGeometry(32, 4, 2, 2, 32, pv_chunk=48)}
+        )
 
 
 @pytest.mark.parametrize("capability_major", sorted(GEOMETRY_TABLES))

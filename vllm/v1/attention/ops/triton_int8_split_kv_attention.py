@@ -1159,6 +1159,12 @@ def int8_split_kv_attention(
             f"block_size {block_size} must be a multiple of 16 or of the KV tile "
             f"({tile_size} tokens)"
         )
+    pv_chunk = min(geometry.pv_chunk or head_size, head_size)
+    if pv_chunk < 16 or head_size % pv_chunk or pv_chunk & (pv_chunk - 1):
+        raise ValueError(
+            f"pv_chunk {geometry.pv_chunk} must be a power of two of at least 16 "
+            f"output channels that divides head_size {head_size}"
+        )
     rows = num_queries_per_kv * max_query_len
     common = dict(
         num_query_heads=num_query_heads,
@@ -1224,7 +1230,7 @@ def int8_split_kv_attention(
             *args,
             ROW_SPLITS=row_splits,
             BLOCK_M=block_m,
-            PV_CHUNK=min(geometry.pv_chunk or head_size, head_size),
+            PV_CHUNK=pv_chunk,
             **common,
         )
     if num_segments > 1:
