@@ -43,7 +43,6 @@ def loop_stats(s):
         if m: addr.append((int(m.group(1), 16), m.group(2)))
     loops = []
     for a, ins in addr:
-        m = re.search(r"BRA\s+(?:`\(\.L_x_\d+\)|)?.*?0x([0-9a-f]+)", ins)
         if "BRA" in ins:
             t = re.search(r"0x([0-9a-f]+)", ins)
             if t and int(t.group(1), 16) < a: loops.append((int(t.group(1), 16), a))

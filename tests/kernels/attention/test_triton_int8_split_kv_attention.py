@@ -632,7 +632,7 @@ def _spill_bytes_offline(geometry, block_size, arch):
     else:
         kernel = mod.kernel_int8_split_kv_attention
         constants.update(
-            BLOCK_M=geometry.block_m, PV_CHUNK=min(geometry.pv_chunk or 256, 256)
+            BLOCK_M=geometry.block_m, PV_CHUNK=mod._pv_chunk(geometry, 256)
         )
     constants.update(
         HEAD_SIZE=256,

@@ -252,6 +252,11 @@ def select_int8_split_kv_geometry(
     return dataclasses.replace(base, num_segments=num_segments)
 
 
+def _pv_chunk(geometry: Int8SplitKVGeometry, head_size: int) -> int:
+    """Output channels per P.V dot of the row-packing kernel."""
+    return min(geometry.pv_chunk or head_size, head_size)
+
+
 def _run_tokens(block_size: int, tile_size: int) -> int:
     """Tokens per contiguous run of a tile: the tile itself when it divides
     the block, else the largest power of two dividing both."""
@@ -486,12 +491,18 @@ def _load_v_channels(
 
 
 @triton.jit
-def _scale_rows(accs, factor):
-    """Each accumulator of ``accs`` with row i multiplied by ``factor[i]``."""
+def _move_references(m_i, m_new, l_i, accs, v_ref, v_max):
+    """Move each row's softmax reference to ``m_new`` and the V-scale
+    reference to cover ``v_max``: the running sum of P takes the softmax
+    correction, the accumulators (in units of ``v_ref``) both.  Returns the
+    new ``(m_i, l_i, accs, v_ref)``."""
+    new_v_ref = tl.maximum(v_ref, v_max)
+    alpha = tl.exp2(m_i - m_new)
+    factor = (alpha * (v_ref / new_v_ref))[:, None]
     scaled = ()
     for c in tl.static_range(len(accs)):
-        scaled = scaled + (accs[c] * factor[:, None],)
-    return scaled
+        scaled = scaled + (accs[c] * factor,)
+    return m_new, l_i * alpha, scaled, new_v_ref
 
 
 @triton.jit
@@ -651,22 +662,15 @@ def kernel_int8_split_kv_attention(
                 # its own reference; a decision for the whole tile would cost
                 # a cross-warp reduction on every tile.
                 m_new = tl.where(tile_max > m_i + RESCALE_THRESHOLD, tile_max, m_i)
-                new_v_ref = tl.maximum(v_ref, v_max)
-                alpha = tl.exp2(m_i - m_new)
-                l_i = l_i * alpha
-                accs = _scale_rows(accs, alpha * (v_ref / new_v_ref))
-                m_i = m_new
-                v_ref = new_v_ref
+                m_i, l_i, accs, v_ref = _move_references(
+                    m_i, m_new, l_i, accs, v_ref, v_max
+                )
             else:
                 growth = tl.where(tile_max > m_i, tile_max - m_i, 0.0)
                 if tl.max(growth, axis=0) > RESCALE_THRESHOLD or v_max > v_ref:
-                    m_new = tl.maximum(m_i, tile_max)
-                    new_v_ref = tl.maximum(v_ref, v_max)
-                    alpha = tl.exp2(m_i - m_new)
-                    l_i = l_i * alpha
-                    accs = _scale_rows(accs, alpha * (v_ref / new_v_ref))
-                    m_i = m_new
-                    v_ref = new_v_ref
+                    m_i, l_i, accs, v_ref = _move_references(
+                        m_i, tl.maximum(m_i, tile_max), l_i, accs, v_ref, v_max
+                    )
             # P <= 2**(P_LOG2_SCALE + RESCALE_THRESHOLD).
             P = tl.exp2(S - (m_i - P_LOG2_SCALE)[:, None])
             l_i += tl.sum(P, axis=1)
@@ -1159,7 +1163,7 @@ def int8_split_kv_attention(
             f"block_size {block_size} must be a multiple of 16 or of the KV tile "
             f"({tile_size} tokens)"
         )
-    pv_chunk = min(geometry.pv_chunk or head_size, head_size)
+    pv_chunk = _pv_chunk(geometry, head_size)
     if pv_chunk < 16 or head_size % pv_chunk or pv_chunk & (pv_chunk - 1):
         raise ValueError(
             f"pv_chunk {geometry.pv_chunk} must be a power of two of at least 16 "
