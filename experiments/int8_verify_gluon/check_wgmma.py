@@ -12,7 +12,7 @@ sc = (torch.empty(SLOTS, 24, 256, device="cuda"), torch.empty(SLOTS, 24, device=
       torch.empty(SLOTS, 24, device="cuda"))
 
 
-def launch(case, i, segs, tile=32, stages=3, lazy=1):
+def launch(case, i, segs, tile=32, stages=3, lazy=1, overlap=0):
     kc, vc, ks, vs = case.int8[i]
     splits = triton.cdiv(case.qlen * 6, 64)
     GW.kernel_int8_verify_wgmma[(4 * splits, case.batch, segs)](
@@ -20,7 +20,7 @@ def launch(case, i, segs, tile=32, stages=3, lazy=1):
         case.scale * 1.4426950408889634, segs, case.block_table.stride(0), kc.stride(0), kc.stride(2),
         ks.stride(0), ks.stride(2), case.q.stride(0), case.q.stride(1), case.out.stride(0), case.out.stride(1),
         num_query_heads=24, NUM_QUERIES_PER_KV=6, ROW_SPLITS=splits, HEAD=256, BLOCK_SIZE=case.bs, TILE=tile,
-        STAGES=stages, P_LOG2_SCALE=6.0, RESCALE_THRESHOLD=8.0, LAZY=lazy, num_warps=4)
+        STAGES=stages, P_LOG2_SCALE=6.0, RESCALE_THRESHOLD=8.0, LAZY=lazy, OVERLAP=overlap, num_warps=4)
     if segs > 1:
         M.kernel_int8_split_kv_reduce[(case.q.shape[0], 24, 4)](
             case.out, sc[0], sc[1], sc[2], case.cu_q, case.batch, segs, num_query_heads=24,
@@ -28,8 +28,9 @@ def launch(case, i, segs, tile=32, stages=3, lazy=1):
             SEGMENT_CHUNK=32)
 
 
-VARIANTS = {"w32s3l2": dict(tile=32, stages=3, lazy=2), "w32s3": dict(tile=32, stages=3, lazy=1),
-            "w32s4l2": dict(tile=32, stages=4, lazy=2), "w16s4l2": dict(tile=16, stages=4, lazy=2)}
+VARIANTS = {"w32s3l2": dict(tile=32, stages=3, lazy=2), "w32s2o": dict(tile=32, stages=2, lazy=2, overlap=1),
+            "w32s3o": dict(tile=32, stages=3, lazy=2, overlap=1), "w32s3": dict(tile=32, stages=3, lazy=1),
+            "w16s4l2": dict(tile=16, stages=4, lazy=2)}
 res = []
 checks = [(1, 1000, 6, 16, 4), (1, 1001, 6, 1600, 1), (1, 997, 16, 16, 2), (1, 1000, 8, 16, 8), (1, 70, 6, 16, 4)]
 timed = [(1, 131072, 6, 16), (1, 131072, 6, 1600), (1, 131072, 8, 16), (1, 32768, 6, 16), (1, 131072, 16, 16),

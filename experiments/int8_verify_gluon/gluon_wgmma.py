@@ -92,6 +92,7 @@ def kernel_int8_verify_wgmma(
     num_query_heads: gl.constexpr, NUM_QUERIES_PER_KV: gl.constexpr, ROW_SPLITS: gl.constexpr,
     HEAD: gl.constexpr, BLOCK_SIZE: gl.constexpr, TILE: gl.constexpr, STAGES: gl.constexpr,
     P_LOG2_SCALE: gl.constexpr, RESCALE_THRESHOLD: gl.constexpr, LAZY: gl.constexpr = 1,
+    OVERLAP: gl.constexpr = 0,
 ):
     ROWS: gl.constexpr = 64
     s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -152,7 +153,9 @@ def kernel_int8_verify_wgmma(
     v_smem = gl.allocate_shared_memory(gl.int8, [STAGES, HEAD, TILE], v_sl)
     ks_smem = gl.allocate_shared_memory(gl.float32, [STAGES, TILE], s_sl)
     vs_smem = gl.allocate_shared_memory(gl.float32, [STAGES, TILE], s_sl)
-    vh_smem = gl.allocate_shared_memory(gl.float16, [HEAD, TILE], vh_sl)
+    # OVERLAP: two widened V tiles, so that a tile's P.V runs while the
+    # next tile's copies are issued, its Q.K runs and its V is widened.
+    vh_bufs = gl.allocate_shared_memory(gl.float16, [1 + OVERLAP, HEAD, TILE], vh_sl)
 
     block_table_row = block_table_ptr + seq_idx.to(gl.int64) * block_table_stride
     k_head_ptr = k_cache_ptr + kv_head * stride_head
@@ -201,11 +204,15 @@ def kernel_int8_verify_wgmma(
         k_t = k_smem.index(stage).permute([1, 0])
         s_hi = warpgroup_mma(q_hi_smem, k_t, s_zero, use_acc=False, is_async=True)
         s_lo = warpgroup_mma(q_lo_smem, k_t, s_zero, use_acc=False, is_async=True)
+        vh_smem = vh_bufs.index((j - tile_lo) % (1 + OVERLAP))
         v8 = v_smem.index(stage).load(V_LOAD)
         vh_smem.store(_widen(v8))
         k_scale = ks_smem.index(stage).load(col_s)
         v_scale = vs_smem.index(stage).load(col_s)
-        s_hi, s_lo = warpgroup_mma_wait(0, deps=[s_hi, s_lo])
+        if OVERLAP:
+            s_hi, s_lo, acc = warpgroup_mma_wait(0, deps=[s_hi, s_lo, acc])
+        else:
+            s_hi, s_lo = warpgroup_mma_wait(0, deps=[s_hi, s_lo])
         pos = j * TILE + t_col
         if j >= full_hi:
             k_scale = gl.where(pos < seq_len, k_scale, 0.0)
@@ -242,7 +249,8 @@ def kernel_int8_verify_wgmma(
         fence_async_shared()
         gl.thread_barrier()
         acc = warpgroup_mma(gl.convert_layout(P_v, p_op), vh_smem.permute([1, 0]), acc, is_async=True)
-        acc = warpgroup_mma_wait(0, deps=[acc])
+        acc = warpgroup_mma_wait(OVERLAP, deps=[acc])
+    acc = warpgroup_mma_wait(0, deps=[acc])
     async_copy.wait_group(0)
 
     rows_o = row0 + gl.arange(0, ROWS, layout=row_o)
