@@ -214,6 +214,10 @@ VERIFY_GEOMETRIES = [
     Int8SplitKVGeometry(64, 4, 8, 2, 32, swap_ab=True),
     # No segments: the output itself, not the partial slots, stages Q.
     Int8SplitKVGeometry(32, 1, 4, 2, 64, swap_ab=True),
+    # Hopper's warpgroup-MMA kernel (the swapped one elsewhere), with and
+    # without segments; 16 tokens x 8 heads take two programs.
+    Int8SplitKVGeometry(32, 8, 4, 3, 64, wgmma=True),
+    Int8SplitKVGeometry(32, 1, 4, 2, 64, wgmma=True),
 ]
 
 
@@ -277,6 +281,7 @@ RESCALE_GEOMETRIES = [
     Int8SplitKVGeometry(16, 4, 2, 3, 32, pv_chunk=32),
     Int8SplitKVGeometry(32, 4, 2, 2, 32, pv_chunk=32),
     Int8SplitKVGeometry(16, 4, 4, 3, 64, swap_ab=True),
+    Int8SplitKVGeometry(32, 4, 4, 3, 64, wgmma=True),
 ]
 
 
@@ -495,7 +500,8 @@ def test_int8_split_kv_rejects_bad_input():
 def test_int8_split_kv_geometry_table(capability_major):
     """The selector returns its family's entry for the step's query rows,
     with a power-of-two number of segments that fits the scratch buffers;
-    on Hopper, verify steps of more than 32 rows take the swapped kernel.
+    on Hopper, verify steps of more than 32 rows take the warpgroup-MMA
+    kernel.
     Entries that split P.V keep their dots and KV tiles no wider than their
     rows (wider ones make Triton spread warps over tokens and channels)."""
     table = GEOMETRY_TABLES[capability_major]
@@ -526,7 +532,9 @@ def test_int8_split_kv_geometry_table(capability_major):
                 assert segs & (segs - 1) == 0 and segs <= entry.num_segments
                 assert segs == 1 or segs * num_tokens <= MAX_PARTIALS
         if capability_major == 9:
-            assert entry.swap_ab == (rows > 32)
+            assert entry.wgmma == (rows > 32)
+        else:
+            assert not entry.wgmma
 
 
 def test_int8_split_kv_geometry_scales_with_the_sm_count():
@@ -562,8 +570,10 @@ def test_int8_split_kv_geometry_scales_with_the_sm_count():
 
 def test_int8_split_kv_geometry_fills_the_gpu_with_fewer_kv_heads():
     """Decode on a tensor-parallel rank with 2 (or 1) of 4 KV heads launches
-    as many programs as the whole layer would; verify steps, and layers with
-    4 or more KV heads, keep the table's segments."""
+    as many programs as the whole layer would; the row kernels' verify steps,
+    and layers with 4 or more KV heads, keep the table's segments; Hopper's
+    warpgroup-MMA verify kernel takes as many segments as fill one wave of
+    two programs per multiprocessor."""
 
     def segments(max_query_len, num_kv_heads, num_seqs=1, partials=MAX_PARTIALS):
         return select_int8_split_kv_geometry(
@@ -581,8 +591,13 @@ def test_int8_split_kv_geometry_fills_the_gpu_with_fewer_kv_heads():
 
     for num_kv_heads in (1, 2, 4, 8):
         assert segments(1, num_kv_heads) * min(num_kv_heads, 4) == segments(1, 4) * 4
-        for max_query_len in (2, 6, 16):
+        for max_query_len in (2, 4):
             assert segments(max_query_len, num_kv_heads) == segments(max_query_len, 4)
+        for max_query_len in (6, 16):
+            # 64 query rows per program.
+            programs = num_kv_heads * -(-6 * max_query_len // 64)
+            wave = 1 << ((2 * 132 // programs).bit_length() - 1)
+            assert segments(max_query_len, num_kv_heads) == min(64, wave)
     # Larger batches: the decode grid stays about the same size.
     for num_kv_heads in (1, 2, 4):
         grid = 64 * num_kv_heads * segments(1, num_kv_heads, 64, 1 << 20)
@@ -613,36 +628,48 @@ def test_int8_split_kv_hybrid_padded_pages(query_lens):
 
 
 def _spill_bytes_offline(geometry, block_size, arch):
-    """Compile the split-KV kernel for ``sm_<arch>`` without a GPU (Triton's
-    compiler and ptxas) at the Qwen3.5-27B attention shape; return the
-    per-thread stack bytes (register spills) cuobjdump reports."""
+    """Compile the split-KV kernel of ``geometry`` (Triton, or Gluon for the
+    warpgroup-MMA one) for ``sm_<arch>`` without a GPU (Triton's compiler and
+    ptxas) at the Qwen3.5-27B attention shape; return the per-thread stack
+    bytes (register spills) cuobjdump reports."""
     from triton import knobs
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, compile
 
     from vllm.v1.attention.ops import triton_int8_split_kv_attention as mod
 
-    constants = dict(num_query_heads=24, NUM_QUERIES_PER_KV=6, ROW_SPLITS=1)
-    if geometry.swap_ab:
-        kernel = mod.kernel_int8_split_kv_verify
-        constants.update(
-            TOKENS_PER_PROGRAM=geometry.block_m // 6,
-            BLOCK_R=geometry.block_m,
-        )
-    else:
-        kernel = mod.kernel_int8_split_kv_attention
-        constants.update(
-            BLOCK_M=geometry.block_m, PV_CHUNK=mod._pv_chunk(geometry, 256)
-        )
-    constants.update(
+    constants = dict(
+        num_query_heads=24,
+        NUM_QUERIES_PER_KV=6,
+        ROW_SPLITS=1,
         HEAD_SIZE=256,
         BLOCK_SIZE=block_size,
-        TILE_SIZE=geometry.tile_size,
-        RUN=mod._run_tokens(block_size, geometry.tile_size),
-        WIDEN=2,
         P_LOG2_SCALE=mod.P_LOG2_SCALE,
         RESCALE_THRESHOLD=mod.RESCALE_THRESHOLD,
     )
+    if geometry.wgmma:
+        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
+
+        from vllm.v1.attention.ops import triton_int8_split_kv_wgmma as wgmma
+
+        kernel = wgmma.kernel_int8_split_kv_verify_wgmma
+        constants.update(TILE=geometry.tile_size, STAGES=geometry.num_stages)
+    else:
+        constants.update(
+            TILE_SIZE=geometry.tile_size,
+            RUN=mod._run_tokens(block_size, geometry.tile_size),
+            WIDEN=2,
+        )
+        if geometry.swap_ab:
+            kernel = mod.kernel_int8_split_kv_verify
+            constants.update(
+                TOKENS_PER_PROGRAM=geometry.block_m // 6, BLOCK_R=geometry.block_m
+            )
+        else:
+            kernel = mod.kernel_int8_split_kv_attention
+            constants.update(
+                BLOCK_M=geometry.block_m, PV_CHUNK=mod._pv_chunk(geometry, 256)
+            )
     pointers = {
         "out_ptr": "*bf16",
         "q_ptr": "*bf16",

@@ -32,7 +32,10 @@ memory-bound: each step streams the whole context once.  The kernel here
 * for larger verify steps, ``kernel_int8_split_kv_verify`` swaps the
   operands instead (``S^T = K Q^T``, ``O^T += V^T P^T``): the KV tile is the
   M axis of both dots and one program holds up to 64 query rows, so each
-  K/V tile is read and widened once for all of them;
+  K/V tile is read and widened once for all of them; on Hopper,
+  ``kernel_int8_split_kv_verify_wgmma`` (Gluon, warpgroup MMA, in
+  ``triton_int8_split_kv_wgmma.py``) does the same with the query rows on
+  the M axis, reading Q and K from shared memory;
 * rescales the output accumulator only when a row's running maximum grows
   by more than ``RESCALE_THRESHOLD`` (log2 units);
 * splits the context into segments processed by separate programs and
@@ -53,6 +56,13 @@ import torch
 from vllm.logger import init_logger
 from vllm.platforms import current_platform
 from vllm.triton_utils import tl, triton
+
+try:
+    from vllm.v1.attention.ops.triton_int8_split_kv_wgmma import (
+        kernel_int8_split_kv_verify_wgmma,
+    )
+except ImportError:  # No Triton, or a Triton without Gluon.
+    kernel_int8_split_kv_verify_wgmma = None
 
 logger = init_logger(__name__)
 
@@ -100,6 +110,10 @@ class Int8SplitKVGeometry:
             one dot over the whole head).  Dots no wider than ``block_m`` (and
             tiles no longer than it) make Triton give each warp whole rows,
             so the softmax needs no cross-warp traffic.
+        wgmma: Hopper only: the verify kernel on warpgroup MMA
+            (``kernel_int8_split_kv_verify_wgmma``), ``16 * num_warps`` query
+            rows per program.  Elsewhere, and under Triton's interpreter, the
+            same geometry runs the swapped kernel.
     """
 
     tile_size: int
@@ -109,6 +123,7 @@ class Int8SplitKVGeometry:
     block_m: int = 16
     swap_ab: bool = False
     pv_chunk: int = 0
+    wgmma: bool = False
 
 
 # Geometry tables, one per GPU family (compute capability major version):
@@ -118,21 +133,18 @@ class Int8SplitKVGeometry:
 # KV heads per request; select_int8_split_kv_geometry scales them.
 #
 # Hopper (sm_90), measured on an H200 (benchmarks/kernels/
-# benchmark_int8_kv_attention.py): verify steps of more than 32 rows put
-# every row of a KV head in one program (swap_ab; 64 rows at most, so 12-16
-# tokens x 6 heads take two programs), 1.6-1.7x faster than spreading them
-# over 32-row programs.  16-token tiles lie inside any cache block, so the
-# KV loop reads each tile's block-table entry one iteration ahead and three
-# pipeline stages keep the next tile's copies in flight (than 32-token
-# tiles in two stages: 4-11% faster with 1600-token blocks, within 3% with
-# 16-token blocks).  8 warps, and row-packing programs of 64 rows (wgmma
-# for both dots), were 1.4-1.7x slower.  17-32 rows (4 tokens x 6 heads)
-# split P.V into 32-channel dots so that each of 2 warps owns 16 rows:
-# 1.1-1.5x faster than one P.V dot over the head with 4 warps.
+# benchmark_int8_kv_attention.py): verify steps of more than 32 rows run
+# the warpgroup-MMA kernel, one warpgroup per 64 rows (12-16 tokens x 6
+# heads take two programs), 32-token tiles in three stages: 1.4-1.7x faster
+# than the swapped Triton kernel (64 rows per program, wgmma for P.V only,
+# register-bound at 8 warps per multiprocessor), whose deeper pipelines
+# (3-8 stages) changed nothing.  17-32 rows (4 tokens x 6 heads) split P.V
+# into 32-channel dots so that each of 2 warps owns 16 rows: 1.1-1.5x
+# faster than one P.V dot over the head with 4 warps.
 _SM90_GEOMETRIES: tuple[tuple[int, Int8SplitKVGeometry], ...] = (
     (16, Int8SplitKVGeometry(32, 128, 2, 2, 16)),
     (32, Int8SplitKVGeometry(32, 128, 2, 2, 32, pv_chunk=32)),
-    (16 * MAX_QUERY_LEN, Int8SplitKVGeometry(16, 64, 4, 3, 64, swap_ab=True)),
+    (16 * MAX_QUERY_LEN, Int8SplitKVGeometry(32, 64, 4, 3, 64, wgmma=True)),
 )
 # Ampere and Ada (sm_80/86/89): no timings yet.  Geometries that compile
 # without register spills for sm_86 (the decode entry spills 8 bytes per
@@ -162,6 +174,11 @@ REFERENCE_SMS = 132
 REFERENCE_KV_HEADS = 4
 # Programs per multiprocessor beyond which larger batches get fewer segments.
 PROGRAMS_PER_SM = 8
+# The warpgroup-MMA kernel's shared memory (99 KB at head size 256) and
+# registers leave room for two programs per multiprocessor; more segments
+# than one such wave were slower (H200, 128K, 6 tokens: 64 segments 138 us,
+# 128 segments 152 us).
+WGMMA_PROGRAMS_PER_SM = 2
 
 
 @functools.cache
@@ -244,12 +261,26 @@ def select_int8_split_kv_geometry(
     # Larger batches fill the GPU with requests; keep the grid ~constant.
     heads = max(num_kv_heads, 1)
     max_programs = PROGRAMS_PER_SM * max(num_sms, 1)
+    if base.wgmma:
+        heads *= triton.cdiv(rows, 16 * base.num_warps)
+        max_programs = WGMMA_PROGRAMS_PER_SM * max(num_sms, 1)
     while num_segments > 1 and num_seqs * heads * num_segments > max_programs:
         num_segments //= 2
     # Stay within the scratch buffers (num_segments is a power of two).
     while num_segments > 1 and num_tokens * num_segments > max_partials:
         num_segments //= 2
     return dataclasses.replace(base, num_segments=num_segments)
+
+
+def _wgmma_supported() -> bool:
+    """Whether this process can run the warpgroup-MMA verify kernel: an
+    sm_90 device (wgmma is Hopper's; later families lack it), Gluon, and
+    compiled kernels rather than Triton's interpreter."""
+    return (
+        kernel_int8_split_kv_verify_wgmma is not None
+        and _PTX_WIDEN
+        and _device_properties()[0] == 9
+    )
 
 
 def _pv_chunk(geometry: Int8SplitKVGeometry, head_size: int) -> int:
@@ -1208,7 +1239,36 @@ def int8_split_kv_attention(
         softmax_scale * 1.4426950408889634,  # log2(e): the kernels use exp2
         num_segments,
     )
-    if geometry.swap_ab:
+    if geometry.wgmma and not _wgmma_supported():
+        geometry = dataclasses.replace(geometry, wgmma=False, swap_ab=True)
+    if geometry.wgmma:
+        rows_per_program = 16 * geometry.num_warps
+        row_splits = triton.cdiv(rows, rows_per_program)
+        kernel_int8_split_kv_verify_wgmma[
+            (num_kv_heads * row_splits, num_seqs, num_segments)
+        ](
+            *args,
+            num_query_heads=num_query_heads,
+            q_stride_0=q.stride(0),
+            q_stride_1=q.stride(1),
+            out_stride_0=out.stride(0),
+            out_stride_1=out.stride(1),
+            block_table_stride=block_table.stride(0),
+            stride_page=k_cache.stride(0),
+            stride_head=k_cache.stride(2),
+            stride_scale_page=k_scale_cache.stride(0),
+            stride_scale_head=k_scale_cache.stride(2),
+            NUM_QUERIES_PER_KV=num_queries_per_kv,
+            ROW_SPLITS=row_splits,
+            HEAD_SIZE=head_size,
+            BLOCK_SIZE=block_size,
+            TILE=tile_size,
+            STAGES=geometry.num_stages,
+            P_LOG2_SCALE=P_LOG2_SCALE,
+            RESCALE_THRESHOLD=RESCALE_THRESHOLD,
+            num_warps=geometry.num_warps,
+        )
+    elif geometry.swap_ab:
         # Whole query tokens per program, at most block_m rows (one token's
         # heads at least), spread evenly over the programs of a KV head.
         max_tokens = max(1, geometry.block_m // num_queries_per_kv)

@@ -1,0 +1,460 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""Hopper (sm_90) verify kernel over the INT8 per-token-head KV cache.
+
+Written in Gluon (``triton.experimental.gluon``), which exposes warpgroup
+MMA (wgmma), shared-memory layouts and asynchronous copies explicitly.  One
+program holds up to ``16 * num_warps`` query rows of a (request, KV head,
+context segment), in FlashAttention-3's orientation:
+
+* the query rows' int8 high and low parts (as in
+  ``triton_int8_split_kv_attention``) sit in shared memory, and ``S = Q K^T``
+  runs as two int8 wgmma products that read Q and the K tile from there, so
+  K is never widened and every row's scores stay in one warp (the softmax
+  needs two lane shuffles per row, no cross-warp reduction);
+* the tile's transposed V is widened to fp16 once per tile by all threads,
+  into the shared-memory B operand of ``O += P V``, whose A operand (P)
+  comes from registers;
+* K, V and their scales arrive by ``cp.async`` in a ring of ``STAGES``
+  shared-memory buffers, their block-table entries read one tile early;
+  the threads widen V while the tensor cores compute Q.K.
+
+Partial results have the layout of ``kernel_int8_split_kv_attention``'s, and
+its reduce kernel merges the segments.  Gluon kernels do not run under
+Triton's interpreter; there, and on other GPUs, the launcher uses the
+swapped Triton kernel instead.
+"""
+
+try:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+except ImportError as e:
+    # vllm.triton_utils has no placeholder for Gluon: without Triton (or
+    # with one older than Gluon) the split-KV launcher catches this and
+    # keeps the swapped Triton kernel.
+    raise ImportError("this kernel needs Triton's Gluon") from e
+
+
+@gluon.jit
+def _widen(x):
+    # 0x6400 | (v ^ 0x80) is the fp16 number 1152 + v.
+    return gl.inline_asm_elementwise(
+        asm="""{
+        .reg .b32 t, m;
+        xor.b32 t, $2, 0x80808080;
+        mov.b32 m, 0x64806480;
+        prmt.b32 $0, t, 0x64646464, 0x5150;
+        prmt.b32 $1, t, 0x64646464, 0x5352;
+        sub.f16x2 $0, $0, m;
+        sub.f16x2 $1, $1, m;
+        }""",
+        constraints="=r,=r,r",
+        args=[x],
+        dtype=gl.float16,
+        is_pure=True,
+        pack=4,
+    )
+
+
+@gluon.jit
+def _run_blocks(
+    block_table_row,
+    tile,
+    seq_len,
+    TILE: gl.constexpr,
+    BLOCK_SIZE: gl.constexpr,
+    layout: gl.constexpr,
+):
+    # The cache block of each token's 16-token run (runs never straddle a
+    # block: block sizes are multiples of 16); runs past the context read
+    # entry 0, and their copies are masked.
+    t = gl.arange(0, TILE, layout=layout)
+    run_pos = tile * TILE + (t // 16) * 16
+    return gl.load(
+        block_table_row + run_pos // BLOCK_SIZE, mask=run_pos < seq_len, other=0
+    ).to(gl.int64)
+
+
+@gluon.jit
+def _issue_tile(
+    k_smem,
+    v_smem,
+    ks_smem,
+    vs_smem,
+    stage,
+    tile,
+    seq_len,
+    k_blocks,
+    v_blocks,
+    s_blocks,
+    k_head_ptr,
+    v_head_ptr,
+    ks_head_ptr,
+    vs_head_ptr,
+    stride_page,
+    stride_scale_page,
+    HEAD_SIZE: gl.constexpr,
+    TILE: gl.constexpr,
+    BLOCK_SIZE: gl.constexpr,
+    K_LOAD: gl.constexpr,
+    V_LOAD: gl.constexpr,
+    S_LOAD: gl.constexpr,
+):
+    start = tile * TILE
+    # K rows (TILE, HEAD_SIZE): HEAD_SIZE contiguous bytes per token.
+    t_k = gl.arange(0, TILE, layout=gl.SliceLayout(1, K_LOAD))
+    d_k = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, K_LOAD))
+    k_row = k_blocks * stride_page + ((start + t_k) % BLOCK_SIZE) * HEAD_SIZE
+    k_ptrs = k_head_ptr + gl.expand_dims(k_row, 1) + gl.expand_dims(d_k, 0)
+    k_ptrs = gl.max_contiguous(gl.multiple_of(k_ptrs, [1, 16]), [1, 16])
+    async_copy.async_copy_global_to_shared(
+        k_smem.index(stage), k_ptrs, mask=gl.expand_dims(start + t_k < seq_len, 1)
+    )
+    # V^T (HEAD_SIZE, TILE): a channel's 16-token run is 16 contiguous bytes.
+    t_v = gl.arange(0, TILE, layout=gl.SliceLayout(0, V_LOAD))
+    d_v = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(1, V_LOAD))
+    v_col = v_blocks * stride_page + (start + t_v) % BLOCK_SIZE
+    v_ptrs = v_head_ptr + gl.expand_dims(d_v * BLOCK_SIZE, 1) + gl.expand_dims(v_col, 0)
+    v_ptrs = gl.max_contiguous(gl.multiple_of(v_ptrs, [1, 16]), [1, 16])
+    run_ok = start + (t_v // 16) * 16 < seq_len
+    async_copy.async_copy_global_to_shared(
+        v_smem.index(stage), v_ptrs, mask=gl.expand_dims(run_ok, 0)
+    )
+    # The tile's fp32 K and V scales.
+    t_s = gl.arange(0, TILE, layout=S_LOAD)
+    s_off = s_blocks * stride_scale_page + (start + t_s) % BLOCK_SIZE
+    valid = start + t_s < seq_len
+    async_copy.async_copy_global_to_shared(
+        ks_smem.index(stage), ks_head_ptr + s_off, mask=valid
+    )
+    async_copy.async_copy_global_to_shared(
+        vs_smem.index(stage), vs_head_ptr + s_off, mask=valid
+    )
+
+
+@gluon.jit(do_not_specialize=["num_segments", "block_table_stride"])
+def kernel_int8_split_kv_verify_wgmma(
+    out_ptr,  # [num_tokens, num_query_heads, HEAD_SIZE]
+    segm_out_ptr,  # [max_partials, num_query_heads, HEAD_SIZE] float32
+    segm_max_ptr,  # [max_partials, num_query_heads] float32
+    segm_expsum_ptr,  # [max_partials, num_query_heads] float32
+    q_ptr,  # [num_tokens, num_query_heads, HEAD_SIZE]
+    k_cache_ptr,  # int8 K rows (planar layout)
+    v_cache_ptr,  # int8 V, transposed per block (planar layout)
+    k_scale_ptr,  # fp32 K scales
+    v_scale_ptr,  # fp32 V scales
+    block_table_ptr,  # [num_seqs, max_num_blocks_per_seq] int32
+    seq_lens_ptr,  # [num_seqs] int32
+    query_start_loc_ptr,  # [num_seqs + 1] int32
+    qk_scale,  # softmax scale * log2(e)
+    num_segments,  # context segments per (request, KV head)
+    num_query_heads: gl.constexpr,
+    q_stride_0: gl.int64,
+    q_stride_1: gl.int64,
+    out_stride_0: gl.int64,
+    out_stride_1: gl.int64,
+    block_table_stride: gl.int64,
+    stride_page: gl.int64,  # bytes between cache blocks (K and V views)
+    stride_head: gl.int64,  # bytes between KV heads
+    stride_scale_page: gl.int64,  # fp32 words between cache blocks
+    stride_scale_head: gl.int64,  # fp32 words between KV heads
+    NUM_QUERIES_PER_KV: gl.constexpr,
+    ROW_SPLITS: gl.constexpr,  # programs that share one (request, KV head)
+    HEAD_SIZE: gl.constexpr,
+    BLOCK_SIZE: gl.constexpr,
+    TILE: gl.constexpr,
+    STAGES: gl.constexpr,
+    P_LOG2_SCALE: gl.constexpr,  # P and l carry a factor 2**P_LOG2_SCALE
+    RESCALE_THRESHOLD: gl.constexpr,
+):
+    NUM_WARPS: gl.constexpr = gl.num_warps()
+    ROWS: gl.constexpr = 16 * NUM_WARPS
+    # Scores (int32) and output (fp32) in wgmma's accumulator layouts; P is
+    # the register A operand of the P.V product.
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, TILE, 32]
+    )
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, HEAD_SIZE, 16]
+    )
+    p_layout: gl.constexpr = gl.DotOperandLayout(
+        operand_index=0, parent=o_layout, k_width=2
+    )
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    col_o: gl.constexpr = gl.SliceLayout(0, o_layout)
+    # 16 bytes per thread along the contiguous dimension.
+    ROW_LOAD: gl.constexpr = gl.BlockedLayout(
+        [1, 16], [32 * 16 // HEAD_SIZE, HEAD_SIZE // 16], [NUM_WARPS, 1], [1, 0]
+    )
+    V_LOAD: gl.constexpr = gl.BlockedLayout(
+        [1, 16], [32 * 16 // TILE, TILE // 16], [NUM_WARPS, 1], [1, 0]
+    )
+    S_LOAD: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
+    q_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
+        [ROWS, HEAD_SIZE], gl.int8
+    )
+    k_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
+        [TILE, HEAD_SIZE], gl.int8
+    )
+    v_shared: gl.constexpr = gl.SwizzledSharedLayout(16, 1, 1, [1, 0])
+    vh_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
+        [HEAD_SIZE, TILE], gl.float16
+    )
+    s_shared: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+
+    kv_head_idx = gl.program_id(0) // ROW_SPLITS
+    row0 = gl.program_id(0) % ROW_SPLITS * ROWS
+    seq_idx = gl.program_id(1)
+    segm_idx = gl.program_id(2)
+    q_start = gl.load(query_start_loc_ptr + seq_idx)
+    q_len = gl.load(query_start_loc_ptr + seq_idx + 1) - q_start
+    seq_len = gl.load(seq_lens_ptr + seq_idx)
+    if row0 >= q_len * NUM_QUERIES_PER_KV:
+        return
+
+    # Row r is query token r // G, query head kv_head_idx * G + r % G
+    # (G = NUM_QUERIES_PER_KV).  Q / s = q_hi + q_lo / 254 per row, with
+    # s = max|Q| / 127: 254 * (q_hi . K) + q_lo . K is exact in int32.
+    r_q = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, ROW_LOAD))
+    d_q = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, ROW_LOAD))
+    tok_q = r_q // NUM_QUERIES_PER_KV
+    head_q = kv_head_idx * NUM_QUERIES_PER_KV + r_q % NUM_QUERIES_PER_KV
+    Q = gl.load(
+        q_ptr
+        + gl.expand_dims((q_start + tok_q).to(gl.int64) * q_stride_0, 1)
+        + gl.expand_dims(head_q * q_stride_1, 1)
+        + gl.expand_dims(d_q, 0),
+        mask=gl.expand_dims(tok_q < q_len, 1),
+        other=0.0,
+    ).to(gl.float32)
+    q_amax = gl.max(gl.abs(Q), axis=1)
+    q_scale = gl.where(q_amax > 0.0, q_amax / 127.0, 1.0)
+    Q = Q / gl.expand_dims(q_scale, 1)
+    q_hi = gl.floor(Q + 0.5)
+    q_lo = gl.floor((Q - q_hi) * 254.0 + 0.5).to(gl.int8)
+    q_hi_smem = gl.allocate_shared_memory(
+        gl.int8, [ROWS, HEAD_SIZE], q_shared, q_hi.to(gl.int8)
+    )
+    q_lo_smem = gl.allocate_shared_memory(gl.int8, [ROWS, HEAD_SIZE], q_shared, q_lo)
+    row_qk_scale = gl.convert_layout(q_scale * (qk_scale / 254.0), row_s)
+    # Causal within the query block: token i sees keys < seq_len - q_len + 1 + i.
+    kv_limit = (
+        seq_len
+        - q_len
+        + 1
+        + (row0 + gl.arange(0, ROWS, layout=row_s)) // NUM_QUERIES_PER_KV
+    )
+
+    # This segment's tiles; tiles from full_hi on are masked.
+    num_tiles = gl.cdiv(seq_len, TILE)
+    tiles_per_segment = gl.cdiv(num_tiles, num_segments)
+    tile_lo = segm_idx * tiles_per_segment
+    tile_hi = gl.minimum(tile_lo + tiles_per_segment, num_tiles)
+    full_hi = gl.minimum(tile_hi, (seq_len - q_len + 1) // TILE)
+
+    k_smem = gl.allocate_shared_memory(gl.int8, [STAGES, TILE, HEAD_SIZE], k_shared)
+    v_smem = gl.allocate_shared_memory(gl.int8, [STAGES, HEAD_SIZE, TILE], v_shared)
+    ks_smem = gl.allocate_shared_memory(gl.float32, [STAGES, TILE], s_shared)
+    vs_smem = gl.allocate_shared_memory(gl.float32, [STAGES, TILE], s_shared)
+    vh_smem = gl.allocate_shared_memory(gl.float16, [HEAD_SIZE, TILE], vh_shared)
+
+    block_table_row = block_table_ptr + seq_idx.to(gl.int64) * block_table_stride
+    k_head_ptr = k_cache_ptr + kv_head_idx * stride_head
+    v_head_ptr = v_cache_ptr + kv_head_idx * stride_head
+    ks_head_ptr = k_scale_ptr + kv_head_idx * stride_scale_head
+    vs_head_ptr = v_scale_ptr + kv_head_idx * stride_scale_head
+    K_TOKENS: gl.constexpr = gl.SliceLayout(1, ROW_LOAD)
+    V_TOKENS: gl.constexpr = gl.SliceLayout(0, V_LOAD)
+
+    for p in gl.static_range(STAGES - 1):
+        if tile_lo + p < tile_hi:
+            _issue_tile(
+                k_smem,
+                v_smem,
+                ks_smem,
+                vs_smem,
+                p,
+                tile_lo + p,
+                seq_len,
+                _run_blocks(
+                    block_table_row, tile_lo + p, seq_len, TILE, BLOCK_SIZE, K_TOKENS
+                ),
+                _run_blocks(
+                    block_table_row, tile_lo + p, seq_len, TILE, BLOCK_SIZE, V_TOKENS
+                ),
+                _run_blocks(
+                    block_table_row, tile_lo + p, seq_len, TILE, BLOCK_SIZE, S_LOAD
+                ),
+                k_head_ptr,
+                v_head_ptr,
+                ks_head_ptr,
+                vs_head_ptr,
+                stride_page,
+                stride_scale_page,
+                HEAD_SIZE,
+                TILE,
+                BLOCK_SIZE,
+                ROW_LOAD,
+                V_LOAD,
+                S_LOAD,
+            )
+        async_copy.commit_group()
+    # Block-table entries of the tile issued in the next iteration.
+    next_tile = tile_lo + STAGES - 1
+    k_blocks = _run_blocks(
+        block_table_row, next_tile, seq_len, TILE, BLOCK_SIZE, K_TOKENS
+    )
+    v_blocks = _run_blocks(
+        block_table_row, next_tile, seq_len, TILE, BLOCK_SIZE, V_TOKENS
+    )
+    s_blocks = _run_blocks(
+        block_table_row, next_tile, seq_len, TILE, BLOCK_SIZE, S_LOAD
+    )
+
+    # m_i: each row's softmax reference (log2 units; a finite sentinel until
+    # the row sees a key); l_i: the sum of P; acc: the sum of P * v_scale * V
+    # in units of v_ref, the largest V scale seen so far, so that the fp16 P
+    # operand never limits the range.  A row's reference moves only when its
+    # maximum exceeds it by more than RESCALE_THRESHOLD.
+    m_i = gl.full([ROWS], -3.0e38, gl.float32, row_s)
+    l_i = gl.zeros([ROWS], gl.float32, row_s)
+    acc = gl.zeros([ROWS, HEAD_SIZE], gl.float32, o_layout)
+    s_zero = gl.zeros([ROWS, TILE], gl.int32, s_layout)
+    v_ref = 1e-30
+    t_col = gl.arange(0, TILE, layout=col_s)
+    for j in range(tile_lo, tile_hi):
+        stage = (j - tile_lo) % STAGES
+        async_copy.wait_group(STAGES - 2)
+        fence_async_shared()
+        gl.thread_barrier()
+        # Every thread is past the previous tile: its stage can be refilled.
+        if next_tile < tile_hi:
+            _issue_tile(
+                k_smem,
+                v_smem,
+                ks_smem,
+                vs_smem,
+                (next_tile - tile_lo) % STAGES,
+                next_tile,
+                seq_len,
+                k_blocks,
+                v_blocks,
+                s_blocks,
+                k_head_ptr,
+                v_head_ptr,
+                ks_head_ptr,
+                vs_head_ptr,
+                stride_page,
+                stride_scale_page,
+                HEAD_SIZE,
+                TILE,
+                BLOCK_SIZE,
+                ROW_LOAD,
+                V_LOAD,
+                S_LOAD,
+            )
+        async_copy.commit_group()
+        next_tile += 1
+        k_blocks = _run_blocks(
+            block_table_row, next_tile, seq_len, TILE, BLOCK_SIZE, K_TOKENS
+        )
+        v_blocks = _run_blocks(
+            block_table_row, next_tile, seq_len, TILE, BLOCK_SIZE, V_TOKENS
+        )
+        s_blocks = _run_blocks(
+            block_table_row, next_tile, seq_len, TILE, BLOCK_SIZE, S_LOAD
+        )
+
+        # Q.K on the tensor cores while the threads widen V.
+        k_t = k_smem.index(stage).permute([1, 0])
+        s_hi = warpgroup_mma(q_hi_smem, k_t, s_zero, use_acc=False, is_async=True)
+        s_lo = warpgroup_mma(q_lo_smem, k_t, s_zero, use_acc=False, is_async=True)
+        vh_smem.store(_widen(v_smem.index(stage).load(V_LOAD)))
+        k_scale = ks_smem.index(stage).load(col_s)
+        v_scale = vs_smem.index(stage).load(col_s)
+        s_hi, s_lo = warpgroup_mma_wait(0, deps=[s_hi, s_lo])
+        pos = j * TILE + t_col
+        if j >= full_hi:
+            # Slots past the context hold whatever an earlier tile left.
+            k_scale = gl.where(pos < seq_len, k_scale, 0.0)
+            v_scale = gl.where(pos < seq_len, v_scale, 0.0)
+        # |254 * S_hi + S_lo| < 2**31: one exact integer multiply-add.
+        S = (
+            (s_hi * 254 + s_lo).to(gl.float32)
+            * gl.expand_dims(row_qk_scale, 1)
+            * gl.expand_dims(k_scale, 0)
+        )
+        if j >= full_hi:
+            S = gl.where(
+                gl.expand_dims(pos, 0) < gl.expand_dims(kv_limit, 1), S, float("-inf")
+            )
+
+        tile_max = gl.max(S, axis=1)
+        new_v_ref = gl.maximum(gl.max(v_scale, axis=0), v_ref)
+        m_new = gl.where(tile_max > m_i + RESCALE_THRESHOLD, tile_max, m_i)
+        alpha = gl.exp2(m_i - m_new)
+        l_i = l_i * alpha
+        # Cheaper than a CTA-wide decision whether any row moved.
+        acc = acc * gl.expand_dims(
+            gl.convert_layout(alpha * (v_ref / new_v_ref), row_o), 1
+        )
+        m_i = m_new
+        v_ref = new_v_ref
+        # P <= 2**(P_LOG2_SCALE + RESCALE_THRESHOLD).
+        P = gl.exp2(S - gl.expand_dims(m_i - P_LOG2_SCALE, 1))
+        l_i += gl.sum(P, axis=1)
+        P_v = (P * gl.expand_dims(v_scale / v_ref, 0)).to(gl.float16)
+        # The widened V tile is complete and visible to the tensor cores.
+        fence_async_shared()
+        gl.thread_barrier()
+        acc = warpgroup_mma(
+            gl.convert_layout(P_v, p_layout),
+            vh_smem.permute([1, 0]),
+            acc,
+            is_async=True,
+        )
+        acc = warpgroup_mma_wait(0, deps=[acc])
+    async_copy.wait_group(0)
+
+    rows = row0 + gl.arange(0, ROWS, layout=row_o)
+    q_tok = rows // NUM_QUERIES_PER_KV
+    q_head = kv_head_idx * NUM_QUERIES_PER_KV + rows % NUM_QUERIES_PER_KV
+    row_mask = q_tok < q_len
+    token_idx = (q_start + q_tok).to(gl.int64)
+    l_o = gl.convert_layout(l_i, row_o)
+    offs_d = gl.arange(0, HEAD_SIZE, layout=col_o)
+    acc = acc * v_ref
+    if num_segments == 1:
+        inv_l = gl.where(l_o > 0.0, 1.0 / l_o, 0.0)
+        gl.store(
+            out_ptr
+            + gl.expand_dims(token_idx * out_stride_0 + q_head * out_stride_1, 1)
+            + gl.expand_dims(offs_d, 0),
+            (acc * gl.expand_dims(inv_l, 1)).to(out_ptr.dtype.element_ty),
+            mask=gl.expand_dims(row_mask, 1),
+        )
+    else:
+        # Unnormalised partials; rows that saw no key store (-inf, 0, 0).
+        partial = (token_idx * num_segments + segm_idx) * num_query_heads + q_head
+        gl.store(
+            segm_out_ptr
+            + gl.expand_dims(partial * HEAD_SIZE, 1)
+            + gl.expand_dims(offs_d, 0),
+            acc,
+            mask=gl.expand_dims(row_mask, 1),
+        )
+        m_o = gl.convert_layout(m_i, row_o)
+        gl.store(
+            segm_max_ptr + partial,
+            gl.where(l_o > 0.0, m_o, float("-inf")),
+            mask=row_mask,
+        )
+        gl.store(segm_expsum_ptr + partial, l_o, mask=row_mask)
