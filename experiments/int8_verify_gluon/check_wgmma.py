@@ -31,48 +31,55 @@ def launch(case, i, segs, tile=32, stages=3, lazy=1, overlap=0):
 VARIANTS = {"w32s3l2": dict(tile=32, stages=3, lazy=2), "w32s2o": dict(tile=32, stages=2, lazy=2, overlap=1),
             "w32s3o": dict(tile=32, stages=3, lazy=2, overlap=1), "w32s3": dict(tile=32, stages=3, lazy=1),
             "w16s4l2": dict(tile=16, stages=4, lazy=2)}
-res = []
-checks = [(1, 1000, 6, 16, 4), (1, 1001, 6, 1600, 1), (1, 997, 16, 16, 2), (1, 1000, 8, 16, 8), (1, 70, 6, 16, 4)]
-timed = [(1, 131072, 6, 16), (1, 131072, 6, 1600), (1, 131072, 8, 16), (1, 32768, 6, 16), (1, 131072, 16, 16),
-         (8, 32768, 6, 16), (1, 131072, 12, 1600), (8, 131072, 8, 1600)]
-for batch, ctx, qlen, bs, segs in checks:
-    case = B.Case(args, batch, ctx, qlen, bs)
-    exact = case.ref_first_request(*case.first_request(case.ref_kv))
-    deq = case.ref_first_request(*case.dequant_first_request())
-    row = dict(ctx=ctx, qlen=qlen, block=bs, segs=segs)
-    for name, kw in VARIANTS.items():
-        try:
-            launch(case, 0, segs, **kw); torch.accelerator.synchronize()
-            row[name + "_err"] = round(B.rel_err(case.out[:qlen], exact), 4)
-            row[name + "_err_deq"] = round(B.rel_err(case.out[:qlen], deq), 4)
-        except Exception as e:  # noqa: BLE001
-            row[name + "_exc"] = repr(e)[:400]
-    impls = B.make_impls(case, args); impls["int8_split_kv"][0](0); torch.accelerator.synchronize()
-    row["series_err_deq"] = round(B.rel_err(case.out[:qlen], deq), 4)
-    res.append(row); print(json.dumps(row), flush=True)
-ok = all(v < 0.02 for r in res for k, v in r.items() if k.endswith("_err_deq"))
-print("CHECK", "ok" if ok else "FAILED", flush=True)
-for batch, ctx, qlen, bs in timed if ok else []:
-    t0 = time.time()
-    case = B.Case(args, batch, ctx, qlen, bs)
-    impls = B.make_impls(case, args)
-    fa = [k for k in impls if k.startswith("fa")][0]
-    row = dict(batch=batch, ctx=ctx, qlen=qlen, block=bs, fa3=round(B.time_graph(impls[fa][0], case.copies_bf16), 1),
-               series=round(B.time_graph(impls["int8_split_kv"][0], case.copies), 1))
-    segs_list = (64, 32, 128) if batch == 1 else (8, 16)
-    for name, kw in VARIANTS.items():
-        for segs in (segs_list if name == "w32s3l2" else segs_list[:1]):
+
+
+def main():
+    res = []
+    checks = [(1, 1000, 6, 16, 4), (1, 1001, 6, 1600, 1), (1, 997, 16, 16, 2), (1, 1000, 8, 16, 8), (1, 70, 6, 16, 4)]
+    timed = [(1, 131072, 6, 16), (1, 131072, 6, 1600), (1, 131072, 8, 16), (1, 32768, 6, 16), (1, 131072, 16, 16),
+             (8, 32768, 6, 16), (1, 131072, 12, 1600), (8, 131072, 8, 1600)]
+    for batch, ctx, qlen, bs, segs in checks:
+        case = B.Case(args, batch, ctx, qlen, bs)
+        exact = case.ref_first_request(*case.first_request(case.ref_kv))
+        deq = case.ref_first_request(*case.dequant_first_request())
+        row = dict(ctx=ctx, qlen=qlen, block=bs, segs=segs)
+        for name, kw in VARIANTS.items():
             try:
-                row[f"{name}g{segs}"] = round(B.time_graph(lambda i: launch(case, i, segs, **kw), case.copies), 1)
+                launch(case, 0, segs, **kw); torch.accelerator.synchronize()
+                row[name + "_err"] = round(B.rel_err(case.out[:qlen], exact), 4)
+                row[name + "_err_deq"] = round(B.rel_err(case.out[:qlen], deq), 4)
             except Exception as e:  # noqa: BLE001
-                row[f"{name}g{segs}_exc"] = repr(e)[:300]
-    res.append(row); print(json.dumps(row), f"{time.time() - t0:.0f}s", flush=True)
-    del case, impls; torch.cuda.empty_cache()
+                row[name + "_exc"] = repr(e)[:400]
+        impls = B.make_impls(case, args); impls["int8_split_kv"][0](0); torch.accelerator.synchronize()
+        row["series_err_deq"] = round(B.rel_err(case.out[:qlen], deq), 4)
+        res.append(row); print(json.dumps(row), flush=True)
+    ok = all(v < 0.02 for r in res for k, v in r.items() if k.endswith("_err_deq"))
+    print("CHECK", "ok" if ok else "FAILED", flush=True)
+    for batch, ctx, qlen, bs in timed if ok else []:
+        t0 = time.time()
+        case = B.Case(args, batch, ctx, qlen, bs)
+        impls = B.make_impls(case, args)
+        fa = [k for k in impls if k.startswith("fa")][0]
+        row = dict(batch=batch, ctx=ctx, qlen=qlen, block=bs, fa3=round(B.time_graph(impls[fa][0], case.copies_bf16), 1),
+                   series=round(B.time_graph(impls["int8_split_kv"][0], case.copies), 1))
+        segs_list = (64, 32, 128) if batch == 1 else (8, 16)
+        for name, kw in VARIANTS.items():
+            for segs in (segs_list if name == "w32s3l2" else segs_list[:1]):
+                try:
+                    row[f"{name}g{segs}"] = round(B.time_graph(lambda i: launch(case, i, segs, **kw), case.copies), 1)
+                except Exception as e:  # noqa: BLE001
+                    row[f"{name}g{segs}_exc"] = repr(e)[:300]
+        res.append(row); print(json.dumps(row), f"{time.time() - t0:.0f}s", flush=True)
+        del case, impls; torch.cuda.empty_cache()
+        json.dump(res, open(os.path.join(os.environ.get("OUT", "/tmp"), "wgmma.json"), "w"), indent=1)
     json.dump(res, open(os.path.join(os.environ.get("OUT", "/tmp"), "wgmma.json"), "w"), indent=1)
-json.dump(res, open(os.path.join(os.environ.get("OUT", "/tmp"), "wgmma.json"), "w"), indent=1)
-print("\nFA3 / time")
-for r in res:
-    if "fa3" in r:
-        print(f"b{r['batch']} {r['ctx'] // 1024}K q{r['qlen']} bs{r['block']}: fa3 {r['fa3']} series {r['series']} "
-              f"({r['fa3'] / r['series']:.2f}) " + " ".join(f"{k} {v} ({r['fa3'] / v:.2f})" for k, v in r.items()
-                                                             if k[0] == "w" and isinstance(v, float)))
+    print("\nFA3 / time")
+    for r in res:
+        if "fa3" in r:
+            print(f"b{r['batch']} {r['ctx'] // 1024}K q{r['qlen']} bs{r['block']}: fa3 {r['fa3']} series {r['series']} "
+                  f"({r['fa3'] / r['series']:.2f}) " + " ".join(f"{k} {v} ({r['fa3'] / v:.2f})" for k, v in r.items()
+                                                                 if k[0] == "w" and isinstance(v, float)))
+
+
+if __name__ == "__main__":
+    main()
