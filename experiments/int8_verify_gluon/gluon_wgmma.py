@@ -92,22 +92,25 @@ def kernel_int8_verify_wgmma(
     num_query_heads: gl.constexpr, NUM_QUERIES_PER_KV: gl.constexpr, ROW_SPLITS: gl.constexpr,
     HEAD: gl.constexpr, BLOCK_SIZE: gl.constexpr, TILE: gl.constexpr, STAGES: gl.constexpr,
     P_LOG2_SCALE: gl.constexpr, RESCALE_THRESHOLD: gl.constexpr, LAZY: gl.constexpr = 1,
-    OVERLAP: gl.constexpr = 0,
+    OVERLAP: gl.constexpr = 0, FOLD: gl.constexpr = 0, BARS: gl.constexpr = 1, ISSUE_LATE: gl.constexpr = 0,
 ):
-    ROWS: gl.constexpr = 64
-    s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+    NW: gl.constexpr = gl.num_warps()
+    ROWS: gl.constexpr = 16 * NW
+    FLAG_L: gl.constexpr = gl.BlockedLayout([1], [32], [NW], [0])
+    FLAG_ALL: gl.constexpr = gl.BlockedLayout([NW], [32], [NW], [0])
+    s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
                                                   instr_shape=[16, TILE, 32])
-    o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+    o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
                                                   instr_shape=[16, HEAD, 16])
     p_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_l, k_width=2)
     row_s: gl.constexpr = gl.SliceLayout(1, s_l)
     col_s: gl.constexpr = gl.SliceLayout(0, s_l)
     row_o: gl.constexpr = gl.SliceLayout(1, o_l)
     col_o: gl.constexpr = gl.SliceLayout(0, o_l)
-    blk_q: gl.constexpr = gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0])
-    K_LOAD: gl.constexpr = gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0])
-    V_LOAD: gl.constexpr = gl.BlockedLayout([1, 16], [32 * 16 // TILE, TILE // 16], [4, 1], [1, 0])
-    S_LOAD: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    blk_q: gl.constexpr = gl.BlockedLayout([1, 16], [2, 16], [NW, 1], [1, 0])
+    K_LOAD: gl.constexpr = gl.BlockedLayout([1, 16], [2, 16], [NW, 1], [1, 0])
+    V_LOAD: gl.constexpr = gl.BlockedLayout([1, 16], [32 * 16 // TILE, TILE // 16], [NW, 1], [1, 0])
+    S_LOAD: gl.constexpr = gl.BlockedLayout([1], [32], [NW], [0])
     q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, HEAD], gl.int8)
     k_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TILE, HEAD], gl.int8)
     v_sl: gl.constexpr = gl.SwizzledSharedLayout(16, 1, 1, [1, 0])
@@ -155,6 +158,7 @@ def kernel_int8_verify_wgmma(
     vs_smem = gl.allocate_shared_memory(gl.float32, [STAGES, TILE], s_sl)
     # OVERLAP: two widened V tiles, so that a tile's P.V runs while the
     # next tile's copies are issued, its Q.K runs and its V is widened.
+    flag_smem = gl.allocate_shared_memory(gl.int32, [NW], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     vh_bufs = gl.allocate_shared_memory(gl.float16, [1 + OVERLAP, HEAD, TILE], vh_sl)
 
     block_table_row = block_table_ptr + seq_idx.to(gl.int64) * block_table_stride
@@ -190,8 +194,14 @@ def kernel_int8_verify_wgmma(
         stage = (j - tile_lo) % STAGES
         async_copy.wait_group(STAGES - 2)
         fence_async_shared()
-        gl.thread_barrier()
+        if BARS:
+            gl.thread_barrier()
         nxt = j + STAGES - 1
+        if ISSUE_LATE:
+            # Q.K first: the barrier before it also orders the refill below.
+            k_t = k_smem.index(stage).permute([1, 0])
+            s_hi = warpgroup_mma(q_hi_smem, k_t, s_zero, use_acc=False, is_async=True)
+            s_lo = warpgroup_mma(q_lo_smem, k_t, s_zero, use_acc=False, is_async=True)
         if nxt < tile_hi:
             _issue_tile(k_smem, v_smem, ks_smem, vs_smem, (nxt - tile_lo) % STAGES, nxt, seq_len, ek, ev, es,
                         k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, stride_page,
@@ -200,10 +210,11 @@ def kernel_int8_verify_wgmma(
         ek = _run_entries(block_table_row, nxt + 1, seq_len, TILE, BLOCK_SIZE, KT_L)
         ev = _run_entries(block_table_row, nxt + 1, seq_len, TILE, BLOCK_SIZE, VT_L)
         es = _run_entries(block_table_row, nxt + 1, seq_len, TILE, BLOCK_SIZE, S_LOAD)
-        # Q.K on the tensor cores while the threads widen V.
-        k_t = k_smem.index(stage).permute([1, 0])
-        s_hi = warpgroup_mma(q_hi_smem, k_t, s_zero, use_acc=False, is_async=True)
-        s_lo = warpgroup_mma(q_lo_smem, k_t, s_zero, use_acc=False, is_async=True)
+        if not ISSUE_LATE:
+            # Q.K on the tensor cores while the threads widen V.
+            k_t = k_smem.index(stage).permute([1, 0])
+            s_hi = warpgroup_mma(q_hi_smem, k_t, s_zero, use_acc=False, is_async=True)
+            s_lo = warpgroup_mma(q_lo_smem, k_t, s_zero, use_acc=False, is_async=True)
         vh_smem = vh_bufs.index((j - tile_lo) % (1 + OVERLAP))
         v8 = v_smem.index(stage).load(V_LOAD)
         vh_smem.store(_widen(v8))
@@ -218,12 +229,36 @@ def kernel_int8_verify_wgmma(
             k_scale = gl.where(pos < seq_len, k_scale, 0.0)
             v_scale = gl.where(pos < seq_len, v_scale, 0.0)
         # 254 * S_hi + S_lo is below 2**31 in magnitude: one exact integer FMA.
-        S = (s_hi * 254 + s_lo).to(gl.float32) * gl.expand_dims(row_qk, 1) * gl.expand_dims(k_scale, 0)
+        if FOLD:
+            # The row scale (> 0) goes into the row maximum and the exp2's FMA.
+            S = (s_hi * 254 + s_lo).to(gl.float32) * gl.expand_dims(k_scale, 0)
+        else:
+            S = (s_hi * 254 + s_lo).to(gl.float32) * gl.expand_dims(row_qk, 1) * gl.expand_dims(k_scale, 0)
         if j >= full_hi:
             S = gl.where(gl.expand_dims(pos, 0) < gl.expand_dims(kv_limit, 1), S, float("-inf"))
         tile_max = gl.max(S, axis=1)
+        if FOLD:
+            tile_max = tile_max * row_qk
         new_v_ref = gl.maximum(gl.max(v_scale, axis=0), v_ref)
-        if LAZY == 2:
+        if LAZY == 3:
+            # One CTA-wide decision at no extra barrier: each warp posts
+            # whether any of its rows (or the V reference) moves, the
+            # barrier that publishes the widened V tile publishes the
+            # flags too, and every thread reads all of them.
+            m_new = gl.where(tile_max > m_i + RESCALE_THRESHOLD, tile_max, m_i)
+            grow = gl.where((m_new > m_i) | (new_v_ref > v_ref), 1, 0)
+            warp_flag = gl.max(gl.reshape(grow, [NW, 16]), axis=1)
+            flag_smem.store(gl.convert_layout(warp_flag, FLAG_L))
+            fence_async_shared()
+            if BARS:
+                gl.thread_barrier()
+            if gl.max(flag_smem.load(FLAG_ALL), axis=0) > 0:
+                alpha = gl.exp2(m_i - m_new)
+                l_i = l_i * alpha
+                acc = acc * gl.expand_dims(gl.convert_layout(alpha * (v_ref / new_v_ref), row_o), 1)
+                m_i = m_new
+                v_ref = new_v_ref
+        elif LAZY == 2:
             # One CTA-wide decision: most tiles leave every reference alone
             # and skip the accumulator's 128 multiplies per thread.
             m_new = gl.where(tile_max > m_i + RESCALE_THRESHOLD, tile_max, m_i)
@@ -243,11 +278,16 @@ def kernel_int8_verify_wgmma(
             acc = acc * gl.expand_dims(gl.convert_layout(alpha * (v_ref / new_v_ref), row_o), 1)
             m_i = m_new
             v_ref = new_v_ref
-        P = gl.exp2(S - gl.expand_dims(m_i - P_LOG2_SCALE, 1))
+        if FOLD:
+            P = gl.exp2(S * gl.expand_dims(row_qk, 1) - gl.expand_dims(m_i - P_LOG2_SCALE, 1))
+        else:
+            P = gl.exp2(S - gl.expand_dims(m_i - P_LOG2_SCALE, 1))
         l_i += gl.sum(P, axis=1)
         P_v = (P * gl.expand_dims(v_scale / v_ref, 0)).to(gl.float16)
-        fence_async_shared()
-        gl.thread_barrier()
+        if LAZY != 3:
+            fence_async_shared()
+            if BARS:
+                gl.thread_barrier()
         acc = warpgroup_mma(gl.convert_layout(P_v, p_op), vh_smem.permute([1, 0]), acc, is_async=True)
         acc = warpgroup_mma_wait(OVERLAP, deps=[acc])
     acc = warpgroup_mma_wait(0, deps=[acc])

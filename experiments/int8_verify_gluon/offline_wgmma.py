@@ -11,7 +11,7 @@ gw = importlib.util.module_from_spec(spec); spec.loader.exec_module(gw)
 k = gw.kernel_int8_verify_wgmma
 bs, tile, stages = [int(x) for x in sys.argv[1:4]]
 consts = dict(num_query_heads=24, NUM_QUERIES_PER_KV=6, ROW_SPLITS=1, HEAD=256, BLOCK_SIZE=bs, TILE=tile,
-              STAGES=stages, P_LOG2_SCALE=6.0, RESCALE_THRESHOLD=8.0, LAZY=int(sys.argv[4]) if len(sys.argv) > 4 else 1, OVERLAP=int(sys.argv[5]) if len(sys.argv) > 5 else 0)
+              STAGES=stages, P_LOG2_SCALE=6.0, RESCALE_THRESHOLD=8.0, LAZY=int(sys.argv[4]) if len(sys.argv) > 4 else 1, OVERLAP=int(sys.argv[5]) if len(sys.argv) > 5 else 0, FOLD=int(sys.argv[6]) if len(sys.argv) > 6 else 0, BARS=int(sys.argv[7]) if len(sys.argv) > 7 else 1, ISSUE_LATE=int(sys.argv[8]) if len(sys.argv) > 8 else 0)
 ptrs = {"out_ptr": "*bf16", "q_ptr": "*bf16", "k_cache_ptr": "*i8", "v_cache_ptr": "*i8",
         "block_table_ptr": "*i32", "seq_lens_ptr": "*i32", "query_start_loc_ptr": "*i32"}
 sig, aligned = {}, []
