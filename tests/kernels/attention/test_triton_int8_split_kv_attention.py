@@ -494,6 +494,12 @@ def test_int8_split_kv_rejects_bad_input():
         int8_split_kv_attention(
             **{**kwargs, "geometry": Int8SplitKVGeometry(32, 4, 2, 2, 32, pv_chunk=48)}
         )
+    # Warpgroup-MMA programs hold 16 rows per warp; checked before the
+    # interpreter's fallback to the swapped kernel, so CPU runs catch it.
+    with pytest.raises(ValueError, match="block_m = 16 \\* num_warps"):
+        int8_split_kv_attention(
+            **{**kwargs, "geometry": Int8SplitKVGeometry(32, 4, 4, 3, 32, wgmma=True)}
+        )
 
 
 @pytest.mark.parametrize("capability_major", sorted(GEOMETRY_TABLES))
@@ -506,6 +512,8 @@ def test_int8_split_kv_geometry_table(capability_major):
     rows (wider ones make Triton spread warps over tokens and channels)."""
     table = GEOMETRY_TABLES[capability_major]
     for _, g in table:
+        if g.wgmma:
+            assert g.block_m == 16 * g.num_warps and g.tile_size % 16 == 0, g
         if g.pv_chunk:
             assert not g.swap_ab and max(g.pv_chunk, g.tile_size) <= g.block_m, g
     for max_query_len in range(1, MAX_QUERY_LEN + 1):

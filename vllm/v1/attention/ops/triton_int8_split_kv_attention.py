@@ -111,8 +111,8 @@ class Int8SplitKVGeometry:
             tiles no longer than it) make Triton give each warp whole rows,
             so the softmax needs no cross-warp traffic.
         wgmma: Hopper only: the verify kernel on warpgroup MMA
-            (``kernel_int8_split_kv_verify_wgmma``), ``16 * num_warps`` query
-            rows per program.  Elsewhere, and under Triton's interpreter, the
+            (``kernel_int8_split_kv_verify_wgmma``); ``block_m`` must be
+            ``16 * num_warps`` (each warp owns 16 rows).  Elsewhere, and under Triton's interpreter, the
             same geometry runs the swapped kernel.
     """
 
@@ -262,7 +262,7 @@ def select_int8_split_kv_geometry(
     heads = max(num_kv_heads, 1)
     max_programs = PROGRAMS_PER_SM * max(num_sms, 1)
     if base.wgmma:
-        heads *= triton.cdiv(rows, 16 * base.num_warps)
+        heads *= triton.cdiv(rows, base.block_m)
         max_programs = WGMMA_PROGRAMS_PER_SM * max(num_sms, 1)
     while num_segments > 1 and num_seqs * heads * num_segments > max_programs:
         num_segments //= 2
@@ -1200,6 +1200,14 @@ def int8_split_kv_attention(
             f"pv_chunk {geometry.pv_chunk} must be a power of two of at least 16 "
             f"output channels that divides head_size {head_size}"
         )
+    if geometry.wgmma and (
+        geometry.block_m != 16 * geometry.num_warps or tile_size % 16
+    ):
+        raise ValueError(
+            f"a wgmma geometry needs block_m = 16 * num_warps and a tile of a "
+            f"multiple of 16 tokens, got block_m {geometry.block_m}, "
+            f"{geometry.num_warps} warps, tile {tile_size}"
+        )
     rows = num_queries_per_kv * max_query_len
     common = dict(
         num_query_heads=num_query_heads,
@@ -1242,8 +1250,7 @@ def int8_split_kv_attention(
     if geometry.wgmma and not _wgmma_supported():
         geometry = dataclasses.replace(geometry, wgmma=False, swap_ab=True)
     if geometry.wgmma:
-        rows_per_program = 16 * geometry.num_warps
-        row_splits = triton.cdiv(rows, rows_per_program)
+        row_splits = triton.cdiv(rows, geometry.block_m)
         kernel_int8_split_kv_verify_wgmma[
             (num_kv_heads * row_splits, num_seqs, num_segments)
         ](
