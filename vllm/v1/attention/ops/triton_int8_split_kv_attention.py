@@ -112,8 +112,9 @@ class Int8SplitKVGeometry:
             so the softmax needs no cross-warp traffic.
         wgmma: Hopper only: the verify kernel on warpgroup MMA
             (``kernel_int8_split_kv_verify_wgmma``); ``block_m`` must be
-            ``16 * num_warps`` (each warp owns 16 rows).  Elsewhere, and under Triton's interpreter, the
-            same geometry runs the swapped kernel.
+            ``16 * num_warps`` (each warp owns 16 rows).  Elsewhere, and
+            under Triton's interpreter, the same geometry runs the swapped
+            kernel.
     """
 
     tile_size: int
