@@ -1,10 +1,10 @@
-"""Launch the verify kernel (q=6, 128K, batch 1, block 16) a few times for Nsight Compute; optional variant module."""
-import sys, types, importlib.util
+"""Launch the verify kernel (q=6, 128K, batch 1, block 16) a few times for Nsight Compute; optional variant name (variants.py)."""
+import sys, types
 sys.path.insert(0, "benchmarks/kernels")
 import torch, benchmark_int8_kv_attention as B
 if len(sys.argv) > 1:
-    spec = importlib.util.spec_from_file_location("vops", sys.argv[1]); vm = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(vm); B.split_kv = vm
+    import variants
+    B.split_kv = variants.load(sys.argv[1])
 args = types.SimpleNamespace(num_q_heads=24, num_kv_heads=4, head_size=256, copy_bytes=400 * 2**20,
                              with_unified=False, no_errors=False)
 case = B.Case(args, 1, 131072, 6, 16)

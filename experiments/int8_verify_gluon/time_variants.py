@@ -1,12 +1,10 @@
-"""Time the series' split-KV launcher against variant copies of its module (paths in argv), same geometry selection.
+"""Time the series' split-KV launcher against variants of its module (names from variants.py in argv), same geometry.
 Checks each against exact attention on batch-1 cases. Prints one JSON row per case and a ratio table last."""
-import sys, types, json, os, time, importlib.util
+import sys, types, json, os, time
 sys.path.insert(0, "benchmarks/kernels")
 import torch, benchmark_int8_kv_attention as B
-mods = {"base": B.split_kv}
-for p in sys.argv[1:]:
-    spec = importlib.util.spec_from_file_location("v_" + os.path.basename(p)[:-3], p); m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m); mods[os.path.basename(p)[:-3]] = m
+import variants
+mods = {"base": B.split_kv, **{name: variants.load(name) for name in sys.argv[1:]}}
 args = types.SimpleNamespace(num_q_heads=24, num_kv_heads=4, head_size=256, copy_bytes=400 * 2**20,
                              with_unified=False, no_errors=False)
 cases = [(1, 131072, 6, 16), (1, 131072, 6, 1600), (1, 131072, 8, 16), (1, 32768, 6, 16), (8, 32768, 6, 16),

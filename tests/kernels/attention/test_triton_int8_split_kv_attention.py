@@ -652,6 +652,7 @@ def _spill_bytes_offline(geometry, block_size, arch):
         ROW_SPLITS=1,
         HEAD_SIZE=256,
         BLOCK_SIZE=block_size,
+        TILE_SIZE=geometry.tile_size,
         P_LOG2_SCALE=mod.P_LOG2_SCALE,
         RESCALE_THRESHOLD=mod.RESCALE_THRESHOLD,
     )
@@ -661,13 +662,9 @@ def _spill_bytes_offline(geometry, block_size, arch):
         from vllm.v1.attention.ops import triton_int8_split_kv_wgmma as wgmma
 
         kernel = wgmma.kernel_int8_split_kv_verify_wgmma
-        constants.update(TILE=geometry.tile_size, STAGES=geometry.num_stages)
+        constants.update(STAGES=geometry.num_stages)
     else:
-        constants.update(
-            TILE_SIZE=geometry.tile_size,
-            RUN=mod._run_tokens(block_size, geometry.tile_size),
-            WIDEN=2,
-        )
+        constants.update(RUN=mod._run_tokens(block_size, geometry.tile_size), WIDEN=2)
         if geometry.swap_ab:
             kernel = mod.kernel_int8_split_kv_verify
             constants.update(

@@ -260,12 +260,15 @@ def select_int8_split_kv_geometry(
     while num_segments > 1 and num_segments * tile_size * 4 > max_seq_len:
         num_segments //= 2
     # Larger batches fill the GPU with requests; keep the grid ~constant.
-    heads = max(num_kv_heads, 1)
+    programs_per_seq = max(num_kv_heads, 1)
     max_programs = PROGRAMS_PER_SM * max(num_sms, 1)
     if base.wgmma:
-        heads *= triton.cdiv(rows, base.block_m)
+        # One wave of programs, the row splits of each KV head included.
+        programs_per_seq *= triton.cdiv(rows, base.block_m)
         max_programs = WGMMA_PROGRAMS_PER_SM * max(num_sms, 1)
-    while num_segments > 1 and num_seqs * heads * num_segments > max_programs:
+    while (
+        num_segments > 1 and num_seqs * programs_per_seq * num_segments > max_programs
+    ):
         num_segments //= 2
     # Stay within the scratch buffers (num_segments is a power of two).
     while num_segments > 1 and num_tokens * num_segments > max_partials:
@@ -1210,6 +1213,7 @@ def int8_split_kv_attention(
             f"{geometry.num_warps} warps, tile {tile_size}"
         )
     rows = num_queries_per_kv * max_query_len
+    # Arguments every kernel takes (the Gluon one included).
     common = dict(
         num_query_heads=num_query_heads,
         q_stride_0=q.stride(0),
@@ -1225,11 +1229,14 @@ def int8_split_kv_attention(
         HEAD_SIZE=head_size,
         BLOCK_SIZE=block_size,
         TILE_SIZE=tile_size,
-        RUN=run,
-        WIDEN=2 if _PTX_WIDEN else 1,
         P_LOG2_SCALE=P_LOG2_SCALE,
         RESCALE_THRESHOLD=RESCALE_THRESHOLD,
         num_warps=geometry.num_warps,
+    )
+    # The Triton kernels' own: their runs, widening and software pipeline.
+    triton_only = dict(
+        RUN=run,
+        WIDEN=2 if _PTX_WIDEN else 1,
         num_stages=geometry.num_stages,
     )
     args = (
@@ -1254,28 +1261,7 @@ def int8_split_kv_attention(
         row_splits = triton.cdiv(rows, geometry.block_m)
         kernel_int8_split_kv_verify_wgmma[
             (num_kv_heads * row_splits, num_seqs, num_segments)
-        ](
-            *args,
-            num_query_heads=num_query_heads,
-            q_stride_0=q.stride(0),
-            q_stride_1=q.stride(1),
-            out_stride_0=out.stride(0),
-            out_stride_1=out.stride(1),
-            block_table_stride=block_table.stride(0),
-            stride_page=k_cache.stride(0),
-            stride_head=k_cache.stride(2),
-            stride_scale_page=k_scale_cache.stride(0),
-            stride_scale_head=k_scale_cache.stride(2),
-            NUM_QUERIES_PER_KV=num_queries_per_kv,
-            ROW_SPLITS=row_splits,
-            HEAD_SIZE=head_size,
-            BLOCK_SIZE=block_size,
-            TILE=tile_size,
-            STAGES=geometry.num_stages,
-            P_LOG2_SCALE=P_LOG2_SCALE,
-            RESCALE_THRESHOLD=RESCALE_THRESHOLD,
-            num_warps=geometry.num_warps,
-        )
+        ](*args, ROW_SPLITS=row_splits, STAGES=geometry.num_stages, **common)
     elif geometry.swap_ab:
         # Whole query tokens per program, at most block_m rows (one token's
         # heads at least), spread evenly over the programs of a KV head.
@@ -1291,6 +1277,7 @@ def int8_split_kv_attention(
             # tl.dot needs at least 16 columns.
             BLOCK_R=max(16, triton.next_power_of_2(tokens * num_queries_per_kv)),
             **common,
+            **triton_only,
         )
     else:
         # tl.dot needs at least 16 rows.
@@ -1304,6 +1291,7 @@ def int8_split_kv_attention(
             BLOCK_M=block_m,
             PV_CHUNK=pv_chunk,
             **common,
+            **triton_only,
         )
     if num_segments > 1:
         head_block = min(64, head_size)

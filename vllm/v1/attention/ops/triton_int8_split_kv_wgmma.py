@@ -67,18 +67,37 @@ def _run_blocks(
     block_table_row,
     tile,
     seq_len,
-    TILE: gl.constexpr,
+    TILE_SIZE: gl.constexpr,
     BLOCK_SIZE: gl.constexpr,
     layout: gl.constexpr,
 ):
     # The cache block of each token's 16-token run (runs never straddle a
     # block: block sizes are multiples of 16); runs past the context read
     # entry 0, and their copies are masked.
-    t = gl.arange(0, TILE, layout=layout)
-    run_pos = tile * TILE + (t // 16) * 16
+    t = gl.arange(0, TILE_SIZE, layout=layout)
+    run_pos = tile * TILE_SIZE + (t // 16) * 16
     return gl.load(
         block_table_row + run_pos // BLOCK_SIZE, mask=run_pos < seq_len, other=0
     ).to(gl.int64)
+
+
+@gluon.jit
+def _tile_blocks(
+    block_table_row,
+    tile,
+    seq_len,
+    TILE_SIZE: gl.constexpr,
+    BLOCK_SIZE: gl.constexpr,
+    K_TOKENS: gl.constexpr,
+    V_TOKENS: gl.constexpr,
+    S_TOKENS: gl.constexpr,
+):
+    # A tile's run blocks in the token layouts of its K, V and scale copies.
+    return (
+        _run_blocks(block_table_row, tile, seq_len, TILE_SIZE, BLOCK_SIZE, K_TOKENS),
+        _run_blocks(block_table_row, tile, seq_len, TILE_SIZE, BLOCK_SIZE, V_TOKENS),
+        _run_blocks(block_table_row, tile, seq_len, TILE_SIZE, BLOCK_SIZE, S_TOKENS),
+    )
 
 
 @gluon.jit
@@ -90,9 +109,7 @@ def _issue_tile(
     stage,
     tile,
     seq_len,
-    k_blocks,
-    v_blocks,
-    s_blocks,
+    blocks,  # _tile_blocks(tile)
     k_head_ptr,
     v_head_ptr,
     ks_head_ptr,
@@ -100,15 +117,18 @@ def _issue_tile(
     stride_page,
     stride_scale_page,
     HEAD_SIZE: gl.constexpr,
-    TILE: gl.constexpr,
+    TILE_SIZE: gl.constexpr,
     BLOCK_SIZE: gl.constexpr,
     K_LOAD: gl.constexpr,
     V_LOAD: gl.constexpr,
     S_LOAD: gl.constexpr,
 ):
-    start = tile * TILE
-    # K rows (TILE, HEAD_SIZE): HEAD_SIZE contiguous bytes per token.
-    t_k = gl.arange(0, TILE, layout=gl.SliceLayout(1, K_LOAD))
+    start = tile * TILE_SIZE
+    k_blocks = blocks[0]
+    v_blocks = blocks[1]
+    s_blocks = blocks[2]
+    # K rows (TILE_SIZE, HEAD_SIZE): HEAD_SIZE contiguous bytes per token.
+    t_k = gl.arange(0, TILE_SIZE, layout=gl.SliceLayout(1, K_LOAD))
     d_k = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, K_LOAD))
     k_row = k_blocks * stride_page + ((start + t_k) % BLOCK_SIZE) * HEAD_SIZE
     k_ptrs = k_head_ptr + gl.expand_dims(k_row, 1) + gl.expand_dims(d_k, 0)
@@ -116,8 +136,8 @@ def _issue_tile(
     async_copy.async_copy_global_to_shared(
         k_smem.index(stage), k_ptrs, mask=gl.expand_dims(start + t_k < seq_len, 1)
     )
-    # V^T (HEAD_SIZE, TILE): a channel's 16-token run is 16 contiguous bytes.
-    t_v = gl.arange(0, TILE, layout=gl.SliceLayout(0, V_LOAD))
+    # V^T (HEAD_SIZE, TILE_SIZE): a channel's 16-token run is 16 contiguous bytes.
+    t_v = gl.arange(0, TILE_SIZE, layout=gl.SliceLayout(0, V_LOAD))
     d_v = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(1, V_LOAD))
     v_col = v_blocks * stride_page + (start + t_v) % BLOCK_SIZE
     v_ptrs = v_head_ptr + gl.expand_dims(d_v * BLOCK_SIZE, 1) + gl.expand_dims(v_col, 0)
@@ -127,7 +147,7 @@ def _issue_tile(
         v_smem.index(stage), v_ptrs, mask=gl.expand_dims(run_ok, 0)
     )
     # The tile's fp32 K and V scales.
-    t_s = gl.arange(0, TILE, layout=S_LOAD)
+    t_s = gl.arange(0, TILE_SIZE, layout=S_LOAD)
     s_off = s_blocks * stride_scale_page + (start + t_s) % BLOCK_SIZE
     valid = start + t_s < seq_len
     async_copy.async_copy_global_to_shared(
@@ -168,7 +188,7 @@ def kernel_int8_split_kv_verify_wgmma(
     ROW_SPLITS: gl.constexpr,  # programs that share one (request, KV head)
     HEAD_SIZE: gl.constexpr,
     BLOCK_SIZE: gl.constexpr,
-    TILE: gl.constexpr,
+    TILE_SIZE: gl.constexpr,
     STAGES: gl.constexpr,
     P_LOG2_SCALE: gl.constexpr,  # P and l carry a factor 2**P_LOG2_SCALE
     RESCALE_THRESHOLD: gl.constexpr,
@@ -178,7 +198,7 @@ def kernel_int8_split_kv_verify_wgmma(
     # Scores (int32) and output (fp32) in wgmma's accumulator layouts; P is
     # the register A operand of the P.V product.
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, TILE, 32]
+        version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, TILE_SIZE, 32]
     )
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, HEAD_SIZE, 16]
@@ -195,18 +215,18 @@ def kernel_int8_split_kv_verify_wgmma(
         [1, 16], [32 * 16 // HEAD_SIZE, HEAD_SIZE // 16], [NUM_WARPS, 1], [1, 0]
     )
     V_LOAD: gl.constexpr = gl.BlockedLayout(
-        [1, 16], [32 * 16 // TILE, TILE // 16], [NUM_WARPS, 1], [1, 0]
+        [1, 16], [32 * 16 // TILE_SIZE, TILE_SIZE // 16], [NUM_WARPS, 1], [1, 0]
     )
     S_LOAD: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
     q_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
         [ROWS, HEAD_SIZE], gl.int8
     )
     k_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
-        [TILE, HEAD_SIZE], gl.int8
+        [TILE_SIZE, HEAD_SIZE], gl.int8
     )
     v_shared: gl.constexpr = gl.SwizzledSharedLayout(16, 1, 1, [1, 0])
     vh_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
-        [HEAD_SIZE, TILE], gl.float16
+        [HEAD_SIZE, TILE_SIZE], gl.float16
     )
     s_shared: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
 
@@ -254,17 +274,21 @@ def kernel_int8_split_kv_verify_wgmma(
     )
 
     # This segment's tiles; tiles from full_hi on are masked.
-    num_tiles = gl.cdiv(seq_len, TILE)
+    num_tiles = gl.cdiv(seq_len, TILE_SIZE)
     tiles_per_segment = gl.cdiv(num_tiles, num_segments)
     tile_lo = segm_idx * tiles_per_segment
     tile_hi = gl.minimum(tile_lo + tiles_per_segment, num_tiles)
-    full_hi = gl.minimum(tile_hi, (seq_len - q_len + 1) // TILE)
+    full_hi = gl.minimum(tile_hi, (seq_len - q_len + 1) // TILE_SIZE)
 
-    k_smem = gl.allocate_shared_memory(gl.int8, [STAGES, TILE, HEAD_SIZE], k_shared)
-    v_smem = gl.allocate_shared_memory(gl.int8, [STAGES, HEAD_SIZE, TILE], v_shared)
-    ks_smem = gl.allocate_shared_memory(gl.float32, [STAGES, TILE], s_shared)
-    vs_smem = gl.allocate_shared_memory(gl.float32, [STAGES, TILE], s_shared)
-    vh_smem = gl.allocate_shared_memory(gl.float16, [HEAD_SIZE, TILE], vh_shared)
+    k_smem = gl.allocate_shared_memory(
+        gl.int8, [STAGES, TILE_SIZE, HEAD_SIZE], k_shared
+    )
+    v_smem = gl.allocate_shared_memory(
+        gl.int8, [STAGES, HEAD_SIZE, TILE_SIZE], v_shared
+    )
+    ks_smem = gl.allocate_shared_memory(gl.float32, [STAGES, TILE_SIZE], s_shared)
+    vs_smem = gl.allocate_shared_memory(gl.float32, [STAGES, TILE_SIZE], s_shared)
+    vh_smem = gl.allocate_shared_memory(gl.float16, [HEAD_SIZE, TILE_SIZE], vh_shared)
 
     block_table_row = block_table_ptr + seq_idx.to(gl.int64) * block_table_stride
     k_head_ptr = k_cache_ptr + kv_head_idx * stride_head
@@ -284,14 +308,15 @@ def kernel_int8_split_kv_verify_wgmma(
                 p,
                 tile_lo + p,
                 seq_len,
-                _run_blocks(
-                    block_table_row, tile_lo + p, seq_len, TILE, BLOCK_SIZE, K_TOKENS
-                ),
-                _run_blocks(
-                    block_table_row, tile_lo + p, seq_len, TILE, BLOCK_SIZE, V_TOKENS
-                ),
-                _run_blocks(
-                    block_table_row, tile_lo + p, seq_len, TILE, BLOCK_SIZE, S_LOAD
+                _tile_blocks(
+                    block_table_row,
+                    tile_lo + p,
+                    seq_len,
+                    TILE_SIZE,
+                    BLOCK_SIZE,
+                    K_TOKENS,
+                    V_TOKENS,
+                    S_LOAD,
                 ),
                 k_head_ptr,
                 v_head_ptr,
@@ -300,7 +325,7 @@ def kernel_int8_split_kv_verify_wgmma(
                 stride_page,
                 stride_scale_page,
                 HEAD_SIZE,
-                TILE,
+                TILE_SIZE,
                 BLOCK_SIZE,
                 ROW_LOAD,
                 V_LOAD,
@@ -309,14 +334,15 @@ def kernel_int8_split_kv_verify_wgmma(
         async_copy.commit_group()
     # Block-table entries of the tile issued in the next iteration.
     next_tile = tile_lo + STAGES - 1
-    k_blocks = _run_blocks(
-        block_table_row, next_tile, seq_len, TILE, BLOCK_SIZE, K_TOKENS
-    )
-    v_blocks = _run_blocks(
-        block_table_row, next_tile, seq_len, TILE, BLOCK_SIZE, V_TOKENS
-    )
-    s_blocks = _run_blocks(
-        block_table_row, next_tile, seq_len, TILE, BLOCK_SIZE, S_LOAD
+    next_blocks = _tile_blocks(
+        block_table_row,
+        next_tile,
+        seq_len,
+        TILE_SIZE,
+        BLOCK_SIZE,
+        K_TOKENS,
+        V_TOKENS,
+        S_LOAD,
     )
 
     # m_i: each row's softmax reference (log2 units; a finite sentinel until
@@ -327,9 +353,9 @@ def kernel_int8_split_kv_verify_wgmma(
     m_i = gl.full([ROWS], -3.0e38, gl.float32, row_s)
     l_i = gl.zeros([ROWS], gl.float32, row_s)
     acc = gl.zeros([ROWS, HEAD_SIZE], gl.float32, o_layout)
-    s_zero = gl.zeros([ROWS, TILE], gl.int32, s_layout)
+    s_zero = gl.zeros([ROWS, TILE_SIZE], gl.int32, s_layout)
     v_ref = 1e-30
-    t_col = gl.arange(0, TILE, layout=col_s)
+    t_col = gl.arange(0, TILE_SIZE, layout=col_s)
     for j in range(tile_lo, tile_hi):
         stage = (j - tile_lo) % STAGES
         async_copy.wait_group(STAGES - 2)
@@ -345,9 +371,7 @@ def kernel_int8_split_kv_verify_wgmma(
                 (next_tile - tile_lo) % STAGES,
                 next_tile,
                 seq_len,
-                k_blocks,
-                v_blocks,
-                s_blocks,
+                next_blocks,
                 k_head_ptr,
                 v_head_ptr,
                 ks_head_ptr,
@@ -355,7 +379,7 @@ def kernel_int8_split_kv_verify_wgmma(
                 stride_page,
                 stride_scale_page,
                 HEAD_SIZE,
-                TILE,
+                TILE_SIZE,
                 BLOCK_SIZE,
                 ROW_LOAD,
                 V_LOAD,
@@ -363,14 +387,15 @@ def kernel_int8_split_kv_verify_wgmma(
             )
         async_copy.commit_group()
         next_tile += 1
-        k_blocks = _run_blocks(
-            block_table_row, next_tile, seq_len, TILE, BLOCK_SIZE, K_TOKENS
-        )
-        v_blocks = _run_blocks(
-            block_table_row, next_tile, seq_len, TILE, BLOCK_SIZE, V_TOKENS
-        )
-        s_blocks = _run_blocks(
-            block_table_row, next_tile, seq_len, TILE, BLOCK_SIZE, S_LOAD
+        next_blocks = _tile_blocks(
+            block_table_row,
+            next_tile,
+            seq_len,
+            TILE_SIZE,
+            BLOCK_SIZE,
+            K_TOKENS,
+            V_TOKENS,
+            S_LOAD,
         )
 
         # Q.K on the tensor cores while the threads widen V.
@@ -381,7 +406,7 @@ def kernel_int8_split_kv_verify_wgmma(
         k_scale = ks_smem.index(stage).load(col_s)
         v_scale = vs_smem.index(stage).load(col_s)
         s_hi, s_lo = warpgroup_mma_wait(0, deps=[s_hi, s_lo])
-        pos = j * TILE + t_col
+        pos = j * TILE_SIZE + t_col
         if j >= full_hi:
             # Slots past the context hold whatever an earlier tile left.
             k_scale = gl.where(pos < seq_len, k_scale, 0.0)
