@@ -34,7 +34,8 @@ def launch(case, i, segs, tile=32, stages=3, lazy=1, overlap=0, fold=0, bars=1):
 # shared memory before the barrier that publishes the widened V tile, so most tiles skip the 128 multiplies).
 VARIANTS = {"w32s3": dict(tile=32, stages=3, lazy=1), "fold": dict(tile=32, stages=3, lazy=1, fold=1),
             "bars0": dict(tile=32, stages=3, lazy=1, bars=0), "fold_bars0": dict(tile=32, stages=3, lazy=1, fold=1, bars=0),
-            "lazy3": dict(tile=32, stages=3, lazy=3), "lazy3_fold_bars0": dict(tile=32, stages=3, lazy=3, fold=1, bars=0)}
+            "lazy3": dict(tile=32, stages=3, lazy=3), "lazy3_fold_bars0": dict(tile=32, stages=3, lazy=3, fold=1, bars=0),
+            "t64s2_fold_bars0": dict(tile=64, stages=2, lazy=1, fold=1, bars=0)}
 
 def main():
     res = []
@@ -83,7 +84,7 @@ def main():
         if "fa3" in r:
             print(f"b{r['batch']} {r['ctx'] // 1024}K q{r['qlen']} bs{r['block']}: fa3 {r['fa3']} series {r['series']} "
                   f"({r['fa3'] / r['series']:.2f}) " + " ".join(f"{k} {v} ({r['fa3'] / v:.2f})" for k, v in r.items()
-                                                                 if k[0] == "w" and isinstance(v, float)))
+                                                                 if k.rsplit("g", 1)[0] in VARIANTS and isinstance(v, float)))
 
 
 if __name__ == "__main__":

@@ -63,41 +63,42 @@ def _widen(x):
 
 
 @gluon.jit
-def _run_blocks(
-    block_table_row,
-    tile,
-    seq_len,
-    TILE_SIZE: gl.constexpr,
-    BLOCK_SIZE: gl.constexpr,
-    layout: gl.constexpr,
-):
-    # The cache block of each token's 16-token run (runs never straddle a
-    # block: block sizes are multiples of 16); runs past the context read
-    # entry 0, and their copies are masked.
-    t = gl.arange(0, TILE_SIZE, layout=layout)
-    run_pos = tile * TILE_SIZE + (t // 16) * 16
-    return gl.load(
-        block_table_row + run_pos // BLOCK_SIZE, mask=run_pos < seq_len, other=0
-    ).to(gl.int64)
-
-
-@gluon.jit
 def _tile_blocks(
     block_table_row,
     tile,
     seq_len,
     TILE_SIZE: gl.constexpr,
     BLOCK_SIZE: gl.constexpr,
-    K_TOKENS: gl.constexpr,
-    V_TOKENS: gl.constexpr,
-    S_TOKENS: gl.constexpr,
+    RUNS: gl.constexpr,  # layout of the tile's 16-token runs
 ):
-    # A tile's run blocks in the token layouts of its K, V and scale copies.
-    return (
-        _run_blocks(block_table_row, tile, seq_len, TILE_SIZE, BLOCK_SIZE, K_TOKENS),
-        _run_blocks(block_table_row, tile, seq_len, TILE_SIZE, BLOCK_SIZE, V_TOKENS),
-        _run_blocks(block_table_row, tile, seq_len, TILE_SIZE, BLOCK_SIZE, S_TOKENS),
+    # The cache block of each of the tile's 16-token runs (runs never
+    # straddle a block: block sizes are multiples of 16); runs past the
+    # context read entry 0, a block that exists, and are masked later.
+    run_pos = tile * TILE_SIZE + gl.arange(0, TILE_SIZE // 16, layout=RUNS) * 16
+    return gl.load(
+        block_table_row + run_pos // BLOCK_SIZE, mask=run_pos < seq_len, other=0
     )
+
+
+@gluon.jit
+def _run_bases(
+    blocks,
+    tile,
+    t,
+    stride,
+    row_bytes: gl.constexpr,
+    TILE_SIZE: gl.constexpr,
+    BLOCK_SIZE: gl.constexpr,
+):
+    # Offset of the 16-token run that holds each token t of the tile: its
+    # block times `stride` plus its place in the block times `row_bytes`.
+    runs = gl.arange(0, TILE_SIZE // 16, layout=blocks.type.layout)
+    base = gl.zeros_like(t).to(gl.int64)
+    for r in gl.static_range(TILE_SIZE // 16):
+        block = gl.sum(gl.where(runs == r, blocks, 0), axis=0).to(gl.int64)
+        in_block = (tile * TILE_SIZE + 16 * r) % BLOCK_SIZE
+        base = gl.where(t // 16 == r, block * stride + in_block * row_bytes, base)
+    return base
 
 
 @gluon.jit
@@ -108,54 +109,42 @@ def _issue_tile(
     vs_smem,
     stage,
     tile,
-    seq_len,
     blocks,  # _tile_blocks(tile)
     k_head_ptr,
     v_head_ptr,
     ks_head_ptr,
     vs_head_ptr,
+    k_offs,  # (TILE_SIZE, HEAD_SIZE) offsets of K bytes within their run
+    v_offs,  # (HEAD_SIZE, TILE_SIZE) offsets of V^T bytes within their run
+    t_k,  # the tile's tokens in the layouts of k_offs, v_offs, the scales
+    t_v,
+    t_s,
     stride_page,
     stride_scale_page,
     HEAD_SIZE: gl.constexpr,
     TILE_SIZE: gl.constexpr,
     BLOCK_SIZE: gl.constexpr,
-    K_LOAD: gl.constexpr,
-    V_LOAD: gl.constexpr,
-    S_LOAD: gl.constexpr,
 ):
-    start = tile * TILE_SIZE
-    k_blocks = blocks[0]
-    v_blocks = blocks[1]
-    s_blocks = blocks[2]
-    # K rows (TILE_SIZE, HEAD_SIZE): HEAD_SIZE contiguous bytes per token.
-    t_k = gl.arange(0, TILE_SIZE, layout=gl.SliceLayout(1, K_LOAD))
-    d_k = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, K_LOAD))
-    k_row = k_blocks * stride_page + ((start + t_k) % BLOCK_SIZE) * HEAD_SIZE
-    k_ptrs = k_head_ptr + gl.expand_dims(k_row, 1) + gl.expand_dims(d_k, 0)
+    # A run's source is its block's offset plus offsets that are the same
+    # for every tile, so the threads compute one 64-bit base per run rather
+    # than an address per 16-byte chunk.  Nothing is masked: slots past the
+    # context hold cache bytes (finite int8) and scales that the consumer
+    # replaces by zero.
+    k_base = _run_bases(
+        blocks, tile, t_k, stride_page, HEAD_SIZE, TILE_SIZE, BLOCK_SIZE
+    )
+    k_ptrs = k_head_ptr + gl.expand_dims(k_base, 1) + k_offs
     k_ptrs = gl.max_contiguous(gl.multiple_of(k_ptrs, [1, 16]), [1, 16])
-    async_copy.async_copy_global_to_shared(
-        k_smem.index(stage), k_ptrs, mask=gl.expand_dims(start + t_k < seq_len, 1)
-    )
-    # V^T (HEAD_SIZE, TILE_SIZE): a channel's 16-token run is 16 contiguous bytes.
-    t_v = gl.arange(0, TILE_SIZE, layout=gl.SliceLayout(0, V_LOAD))
-    d_v = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(1, V_LOAD))
-    v_col = v_blocks * stride_page + (start + t_v) % BLOCK_SIZE
-    v_ptrs = v_head_ptr + gl.expand_dims(d_v * BLOCK_SIZE, 1) + gl.expand_dims(v_col, 0)
+    async_copy.async_copy_global_to_shared(k_smem.index(stage), k_ptrs)
+    v_base = _run_bases(blocks, tile, t_v, stride_page, 1, TILE_SIZE, BLOCK_SIZE)
+    v_ptrs = v_head_ptr + gl.expand_dims(v_base, 0) + v_offs
     v_ptrs = gl.max_contiguous(gl.multiple_of(v_ptrs, [1, 16]), [1, 16])
-    run_ok = start + (t_v // 16) * 16 < seq_len
-    async_copy.async_copy_global_to_shared(
-        v_smem.index(stage), v_ptrs, mask=gl.expand_dims(run_ok, 0)
-    )
-    # The tile's fp32 K and V scales.
-    t_s = gl.arange(0, TILE_SIZE, layout=S_LOAD)
-    s_off = s_blocks * stride_scale_page + (start + t_s) % BLOCK_SIZE
-    valid = start + t_s < seq_len
-    async_copy.async_copy_global_to_shared(
-        ks_smem.index(stage), ks_head_ptr + s_off, mask=valid
-    )
-    async_copy.async_copy_global_to_shared(
-        vs_smem.index(stage), vs_head_ptr + s_off, mask=valid
-    )
+    async_copy.async_copy_global_to_shared(v_smem.index(stage), v_ptrs)
+    s_off = _run_bases(
+        blocks, tile, t_s, stride_scale_page, 1, TILE_SIZE, BLOCK_SIZE
+    ) + (t_s % 16)
+    async_copy.async_copy_global_to_shared(ks_smem.index(stage), ks_head_ptr + s_off)
+    async_copy.async_copy_global_to_shared(vs_smem.index(stage), vs_head_ptr + s_off)
 
 
 @gluon.jit(do_not_specialize=["num_segments", "block_table_stride"])
@@ -218,6 +207,8 @@ def kernel_int8_split_kv_verify_wgmma(
         [1, 16], [32 * 16 // TILE_SIZE, TILE_SIZE // 16], [NUM_WARPS, 1], [1, 0]
     )
     S_LOAD: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
+    # Every thread holds the tile's run blocks.
+    RUNS: gl.constexpr = gl.BlockedLayout([TILE_SIZE // 16], [32], [NUM_WARPS], [0])
     q_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
         [ROWS, HEAD_SIZE], gl.int8
     )
@@ -295,8 +286,15 @@ def kernel_int8_split_kv_verify_wgmma(
     v_head_ptr = v_cache_ptr + kv_head_idx * stride_head
     ks_head_ptr = k_scale_ptr + kv_head_idx * stride_scale_head
     vs_head_ptr = v_scale_ptr + kv_head_idx * stride_scale_head
-    K_TOKENS: gl.constexpr = gl.SliceLayout(1, ROW_LOAD)
-    V_TOKENS: gl.constexpr = gl.SliceLayout(0, V_LOAD)
+    # Offsets of K and V^T bytes within their 16-token run, the same for
+    # every tile.
+    t_k = gl.arange(0, TILE_SIZE, layout=gl.SliceLayout(1, ROW_LOAD))
+    d_k = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, ROW_LOAD))
+    k_offs = gl.expand_dims((t_k % 16) * HEAD_SIZE, 1) + gl.expand_dims(d_k, 0)
+    t_v = gl.arange(0, TILE_SIZE, layout=gl.SliceLayout(0, V_LOAD))
+    d_v = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(1, V_LOAD))
+    v_offs = gl.expand_dims(d_v * BLOCK_SIZE, 1) + gl.expand_dims(t_v % 16, 0)
+    t_s = gl.arange(0, TILE_SIZE, layout=S_LOAD)
 
     for p in gl.static_range(STAGES - 1):
         if tile_lo + p < tile_hi:
@@ -307,42 +305,29 @@ def kernel_int8_split_kv_verify_wgmma(
                 vs_smem,
                 p,
                 tile_lo + p,
-                seq_len,
                 _tile_blocks(
-                    block_table_row,
-                    tile_lo + p,
-                    seq_len,
-                    TILE_SIZE,
-                    BLOCK_SIZE,
-                    K_TOKENS,
-                    V_TOKENS,
-                    S_LOAD,
+                    block_table_row, tile_lo + p, seq_len, TILE_SIZE, BLOCK_SIZE, RUNS
                 ),
                 k_head_ptr,
                 v_head_ptr,
                 ks_head_ptr,
                 vs_head_ptr,
+                k_offs,
+                v_offs,
+                t_k,
+                t_v,
+                t_s,
                 stride_page,
                 stride_scale_page,
                 HEAD_SIZE,
                 TILE_SIZE,
                 BLOCK_SIZE,
-                ROW_LOAD,
-                V_LOAD,
-                S_LOAD,
             )
         async_copy.commit_group()
     # Block-table entries of the tile issued in the next iteration.
     next_tile = tile_lo + STAGES - 1
     next_blocks = _tile_blocks(
-        block_table_row,
-        next_tile,
-        seq_len,
-        TILE_SIZE,
-        BLOCK_SIZE,
-        K_TOKENS,
-        V_TOKENS,
-        S_LOAD,
+        block_table_row, next_tile, seq_len, TILE_SIZE, BLOCK_SIZE, RUNS
     )
 
     # m_i: each row's softmax reference (log2 units; a finite sentinel until
@@ -370,32 +355,26 @@ def kernel_int8_split_kv_verify_wgmma(
                 vs_smem,
                 (next_tile - tile_lo) % STAGES,
                 next_tile,
-                seq_len,
                 next_blocks,
                 k_head_ptr,
                 v_head_ptr,
                 ks_head_ptr,
                 vs_head_ptr,
+                k_offs,
+                v_offs,
+                t_k,
+                t_v,
+                t_s,
                 stride_page,
                 stride_scale_page,
                 HEAD_SIZE,
                 TILE_SIZE,
                 BLOCK_SIZE,
-                ROW_LOAD,
-                V_LOAD,
-                S_LOAD,
             )
         async_copy.commit_group()
         next_tile += 1
         next_blocks = _tile_blocks(
-            block_table_row,
-            next_tile,
-            seq_len,
-            TILE_SIZE,
-            BLOCK_SIZE,
-            K_TOKENS,
-            V_TOKENS,
-            S_LOAD,
+            block_table_row, next_tile, seq_len, TILE_SIZE, BLOCK_SIZE, RUNS
         )
 
         # Q.K on the tensor cores while the threads widen V.
