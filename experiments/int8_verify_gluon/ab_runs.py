@@ -1,6 +1,6 @@
-"""A/B in one process through the series' launcher: the wgmma kernel in the working tree (one 64-bit base per
-16-token run, unmasked copies) against the committed one (saved beside this file as _wgmma_head.py by
-`git show HEAD:vllm/v1/attention/ops/triton_int8_split_kv_wgmma.py`).  Checks both against attention on the
+"""A/B in one process through the series' launcher: the wgmma kernel in the working tree against the committed one
+(saved beside this file as _wgmma_head.py by `git show HEAD:vllm/v1/attention/ops/triton_int8_split_kv_wgmma.py`;
+OLD_STAGES=3 launches it with three stages whatever the table says).  Checks both against attention on the
 dequantised cache (ragged contexts, blocks 16/1600), then times them and FA3 (H200)."""
 import importlib.util, sys, types, json, os, time
 sys.path.insert(0, "benchmarks/kernels")
@@ -8,7 +8,28 @@ import torch, benchmark_int8_kv_attention as B
 from vllm.v1.attention.ops import triton_int8_split_kv_attention as M
 spec = importlib.util.spec_from_file_location("wgmma_head", "experiments/int8_verify_gluon/_wgmma_head.py")
 old = importlib.util.module_from_spec(spec); spec.loader.exec_module(old)
-KERNELS = {"new": M.kernel_int8_split_kv_verify_wgmma, "old": old.kernel_int8_split_kv_verify_wgmma}
+
+
+class Fixed:
+    """A Gluon kernel launched with some constexprs fixed."""
+
+    def __init__(self, kernel, **fixed):
+        self.kernel, self.fixed = kernel, fixed
+
+    def __getitem__(self, grid):
+        return lambda *a, **kw: self.kernel[grid](*a, **{**kw, **self.fixed})
+
+
+old_kernel = old.kernel_int8_split_kv_verify_wgmma
+if os.environ.get("OLD_STAGES"):
+    old_kernel = Fixed(old_kernel, STAGES=int(os.environ["OLD_STAGES"]))
+KERNELS = {"new": M.kernel_int8_split_kv_verify_wgmma, "old": old_kernel}
+# VARIANTS="name=path,...": more kernels (same signature) to check and time beside these two.
+for item in filter(None, os.environ.get("VARIANTS", "").split(",")):
+    name, path = item.split("=")
+    spec = importlib.util.spec_from_file_location("var_" + name, path)
+    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+    KERNELS[name] = mod.kernel_int8_split_kv_verify_wgmma
 args = types.SimpleNamespace(num_q_heads=24, num_kv_heads=4, head_size=256, copy_bytes=400 * 2**20,
                              with_unified=False, no_errors=False)
 
@@ -40,7 +61,7 @@ for batch, ctx, qlen, bs in timed if ok else []:
     fa = [k for k in impls if k.startswith("fa")][0]
     row = dict(batch=batch, ctx=ctx, qlen=qlen, block=bs, fa3=round(B.time_graph(impls[fa][0], case.copies_bf16), 1))
     for rep in range(2):
-        for name in ("old", "new"):
+        for name in KERNELS:
             use(name)
             row[f"{name}{rep}"] = round(B.time_graph(impls["int8_split_kv"][0], case.copies), 1)
     res.append(row); print(json.dumps(row), f"{time.time() - t0:.0f}s", flush=True)
@@ -49,6 +70,7 @@ for batch, ctx, qlen, bs in timed if ok else []:
 print("\nFA3 / time (old, new; best of two)")
 for r in res:
     if "fa3" in r:
-        o, n = min(r["old0"], r["old1"]), min(r["new0"], r["new1"])
+        o = min(r["old0"], r["old1"])
         print(f"b{r['batch']} {r['ctx'] // 1024}K q{r['qlen']} bs{r['block']}: fa3 {r['fa3']} old {o} ({r['fa3'] / o:.2f})"
-              f" new {n} ({r['fa3'] / n:.2f})  new/old {n / o:.3f}")
+              + "".join(f" {k} {min(r[k + '0'], r[k + '1'])} ({min(r[k + '0'], r[k + '1']) / o:.3f})"
+                        for k in KERNELS if k != "old"))

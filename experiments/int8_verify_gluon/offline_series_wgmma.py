@@ -1,6 +1,6 @@
 """Offline sm_90 compile of a module's kernel_int8_split_kv_verify_wgmma (default: the series' file):
 registers, spills, loop SASS histogram.  Usage: CUDA_VISIBLE_DEVICES= python offline_series_wgmma.py BLOCK [PATH]"""
-import sys, re; sys.path.insert(0, "experiments/int8_verify_gluon")
+import os, sys, re; sys.path.insert(0, "experiments/int8_verify_gluon")
 from sass_stats import sass, loop_stats
 import importlib.util
 from triton.backends.compiler import GPUTarget
@@ -12,7 +12,8 @@ spec = importlib.util.spec_from_file_location("gws", path)
 gw = importlib.util.module_from_spec(spec); spec.loader.exec_module(gw)
 k = gw.kernel_int8_split_kv_verify_wgmma
 consts = dict(num_query_heads=24, NUM_QUERIES_PER_KV=6, ROW_SPLITS=1, HEAD_SIZE=256, BLOCK_SIZE=bs, TILE_SIZE=32,
-              STAGES=3, P_LOG2_SCALE=6.0, RESCALE_THRESHOLD=8.0)
+              STAGES=int(os.environ.get("STAGES", 3)), P_LOG2_SCALE=6.0, RESCALE_THRESHOLD=8.0)
+if "VH" in os.environ: consts["VH_BUFFERS"] = int(os.environ["VH"])
 ptrs = {"out_ptr": "*bf16", "q_ptr": "*bf16", "k_cache_ptr": "*i8", "v_cache_ptr": "*i8",
         "block_table_ptr": "*i32", "seq_lens_ptr": "*i32", "query_start_loc_ptr": "*i32"}
 sig, aligned = {}, []
@@ -32,3 +33,4 @@ open(f"/tmp/sass_series_wgmma_{bs}.txt", "w").write(s)
 print(re.findall(r"REG:\d+ STACK:\d+ SHARED:\d+", u), "smem", c.metadata.shared)
 for lo, hi, n, ops in loop_stats(s):
     print(hex(lo), hex(hi), n, dict(ops.most_common(40)))
+open("/tmp/series_wgmma.ptx", "w").write(c.asm["ptx"])

@@ -347,6 +347,9 @@ def kernel_int8_split_kv_verify_wgmma(
         fence_async_shared()
         gl.thread_barrier()
         # Every thread is past the previous tile: its stage can be refilled.
+        # This tile's int8 V is read now, so that the copies issued next hide
+        # the shared-memory latency before it is widened.
+        v8 = v_smem.index(stage).load(V_LOAD)
         if next_tile < tile_hi:
             _issue_tile(
                 k_smem,
@@ -381,7 +384,7 @@ def kernel_int8_split_kv_verify_wgmma(
         k_t = k_smem.index(stage).permute([1, 0])
         s_hi = warpgroup_mma(q_hi_smem, k_t, s_zero, use_acc=False, is_async=True)
         s_lo = warpgroup_mma(q_lo_smem, k_t, s_zero, use_acc=False, is_async=True)
-        vh_smem.store(_widen(v_smem.index(stage).load(V_LOAD)))
+        vh_smem.store(_widen(v8))
         k_scale = ks_smem.index(stage).load(col_s)
         v_scale = vs_smem.index(stage).load(col_s)
         s_hi, s_lo = warpgroup_mma_wait(0, deps=[s_hi, s_lo])
