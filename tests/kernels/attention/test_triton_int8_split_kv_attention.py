@@ -635,11 +635,12 @@ def test_int8_split_kv_hybrid_padded_pages(query_lens):
     torch.testing.assert_close(output, ref, atol=1.5e-2, rtol=1e-2)
 
 
-def _spill_bytes_offline(geometry, block_size, arch):
+def _offline_stats(geometry, block_size, arch):
     """Compile the split-KV kernel of ``geometry`` (Triton, or Gluon for the
     warpgroup-MMA one) for ``sm_<arch>`` without a GPU (Triton's compiler and
     ptxas) at the Qwen3.5-27B attention shape; return the per-thread stack
-    bytes (register spills) cuobjdump reports."""
+    bytes (register spills) cuobjdump reports and, for the warpgroup-MMA
+    kernel, whether ptxas serialised its wgmma instructions."""
     from triton import knobs
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, compile
@@ -722,7 +723,25 @@ def _spill_bytes_offline(geometry, block_size, arch):
             capture_output=True,
             text=True,
         ).stdout
-    return int(re.search(r"STACK:(\d+)", usage).group(1))
+        serialized = False
+        if geometry.wgmma:
+            # ptxas serialises every wgmma of a kernel (each waits for the
+            # previous one) when it cannot prove the asynchronous
+            # accumulators untouched, and says so only in its verbose log.
+            ptx = os.path.join(tmp, "kernel.ptx")
+            with open(ptx, "w") as f:
+                f.write(compiled.asm["ptx"])
+            log = subprocess.run(
+                [knobs.nvidia.ptxas.path, f"-arch=sm_{arch}a", "-v", ptx, "-o", path],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            serialized = "instructions are serialized" in log.stdout + log.stderr
+    return {
+        "stack": int(re.search(r"STACK:(\d+)", usage).group(1)),
+        "wgmma_serialized": serialized,
+    }
 
 
 def _offline_toolchain() -> bool:
@@ -750,16 +769,16 @@ SPILL_ENTRIES = [
 ALLOWED_SPILL_BYTES = {(80, 0): 8}
 
 
-def _table_spill_bytes() -> dict[str, int]:
-    """Stack bytes of every table geometry x block size x arch.  Triton's
-    interpreter (CPU CI) replaces the kernels, so compile in a subprocess
-    without it."""
+def _table_offline_stats() -> dict[str, dict]:
+    """Stack bytes (and wgmma serialisation) of every table geometry x block
+    size x arch.  Triton's interpreter (CPU CI) replaces the kernels, so
+    compile in a subprocess without it."""
     script = (
         "import importlib.util, json, sys\n"
         f"spec = importlib.util.spec_from_file_location('t', {__file__!r})\n"
         "m = importlib.util.module_from_spec(spec)\n"
         "spec.loader.exec_module(m)\n"
-        "print(json.dumps({f'{e}-{b}-{a}': m._spill_bytes_offline("
+        "print(json.dumps({f'{e}-{b}-{a}': m._offline_stats("
         "m.geometry_table(a // 10)[e][1], b, a) for a, e in m.SPILL_ENTRIES "
         "for b in m.SPILL_BLOCK_SIZES}))\n"
     )
@@ -776,8 +795,8 @@ def _table_spill_bytes() -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def table_spill_bytes():
-    return _table_spill_bytes()
+def table_offline_stats():
+    return _table_offline_stats()
 
 
 @pytest.mark.skipif(
@@ -785,14 +804,33 @@ def table_spill_bytes():
 )
 @pytest.mark.parametrize("block_size", SPILL_BLOCK_SIZES)
 @pytest.mark.parametrize(("arch", "entry"), SPILL_ENTRIES)
-def test_geometry_table_does_not_spill(arch, entry, block_size, table_spill_bytes):
+def test_geometry_table_does_not_spill(arch, entry, block_size, table_offline_stats):
     """Every geometry the selector can return compiles for its GPU family
     (SM86: the RTX 30xx / A-series cards this kernel serves; Hopper) without
     register spills beyond the known ones (ALLOWED_SPILL_BYTES); no GPU
     needed."""
-    spilled = table_spill_bytes[f"{entry}-{block_size}-{arch}"]
+    spilled = table_offline_stats[f"{entry}-{block_size}-{arch}"]["stack"]
     allowed = ALLOWED_SPILL_BYTES.get((arch, entry), 0)
     assert spilled <= allowed, (
         f"{geometry_table(arch // 10)[entry][1]} spills {spilled} bytes per "
         f"thread on sm_{arch} with {block_size}-token blocks"
     )
+
+
+@pytest.mark.skipif(
+    not _offline_toolchain(), reason="needs Triton's bundled ptxas and cuobjdump"
+)
+@pytest.mark.parametrize("block_size", SPILL_BLOCK_SIZES)
+def test_wgmma_kernel_keeps_its_mma_asynchronous(block_size, table_offline_stats):
+    """The Hopper table's warpgroup-MMA entries compile with asynchronous
+    wgmma: ptxas does not serialise them (it does, silently except in its
+    verbose log, when a wgmma's accumulator is read or written before its
+    wait, e.g. a result kept in flight across the loop's back edge)."""
+    entries = [e for e, (_, g) in enumerate(geometry_table(9)) if g.wgmma]
+    assert entries, "the sm_90 table has no warpgroup-MMA entry"
+    for entry in entries:
+        stats = table_offline_stats[f"{entry}-{block_size}-90"]
+        assert not stats["wgmma_serialized"], (
+            f"ptxas serialises the wgmma of {geometry_table(9)[entry][1]} "
+            f"({block_size}-token blocks)"
+        )
