@@ -14,7 +14,7 @@ k = gw.kernel_int8_split_kv_verify_wgmma
 consts = dict(num_query_heads=24, NUM_QUERIES_PER_KV=6, ROW_SPLITS=1, HEAD_SIZE=256, BLOCK_SIZE=bs, TILE_SIZE=32,
               STAGES=int(os.environ.get("STAGES", 3)), P_LOG2_SCALE=6.0, RESCALE_THRESHOLD=8.0)
 if "VH" in os.environ: consts["VH_BUFFERS"] = int(os.environ["VH"])
-ptrs = {"out_ptr": "*bf16", "q_ptr": "*bf16", "k_cache_ptr": "*i8", "v_cache_ptr": "*i8",
+ptrs = {"out_ptr": "*bf16", "q_ptr": "*bf16", "k_cache_ptr": "*i8", "v_cache_ptr": "*i8", "clk_ptr": "*i32",
         "block_table_ptr": "*i32", "seq_lens_ptr": "*i32", "query_start_loc_ptr": "*i32"}
 sig, aligned = {}, []
 for i, n in enumerate(k.arg_names):
