@@ -22,10 +22,12 @@ EDITS = [
     ("    RESCALE_THRESHOLD: gl.constexpr,\n):\n    NUM_WARPS: gl.constexpr = gl.num_warps()",
      "    RESCALE_THRESHOLD: gl.constexpr,\n    clk_ptr,\n):\n    NUM_WARPS: gl.constexpr = gl.num_warps()"),
     ("    for j in range(tile_lo, tile_hi):\n        stage = (j - tile_lo) % STAGES\n        async_copy.wait_group(STAGES - 2)\n        fence_async_shared()\n        gl.thread_barrier()\n",
-     "    c_wait = tile_lo * 0\n    c_issue = tile_lo * 0\n    c_widen = tile_lo * 0\n    c_soft = tile_lo * 0\n    c_pv = tile_lo * 0\n"
+     "    c_wait = tile_lo * 0\n    c_issue = tile_lo * 0\n    c_widen = tile_lo * 0\n    c_soft = tile_lo * 0\n    c_pv = tile_lo * 0\n    c_copy = tile_lo * 0\n"
      "    for j in range(tile_lo, tile_hi):\n        t0 = _clock(j)\n        stage = (j - tile_lo) % STAGES\n        async_copy.wait_group(STAGES - 2)\n        fence_async_shared()\n        gl.thread_barrier()\n        t1 = _clock(j)\n        c_wait += t1 - t0\n"),
+    ("        # Q.K on the tensor cores while the threads widen V.\n",
+     "        tq = _clock(j)\n        c_copy += tq - t1\n        # Q.K on the tensor cores while the threads widen V.\n"),
     ("        s_lo = warpgroup_mma(q_lo_smem, k_t, s_zero, use_acc=False, is_async=True)\n        vh_smem.store",
-     "        s_lo = warpgroup_mma(q_lo_smem, k_t, s_zero, use_acc=False, is_async=True)\n        t2 = _clock(j)\n        c_issue += t2 - t1\n        vh_smem.store"),
+     "        s_lo = warpgroup_mma(q_lo_smem, k_t, s_zero, use_acc=False, is_async=True)\n        t2 = _clock(j)\n        c_issue += t2 - tq\n        vh_smem.store"),
     ("        s_hi, s_lo = warpgroup_mma_wait(0, deps=[s_hi, s_lo])\n",
      "        s_hi, s_lo = warpgroup_mma_wait(0, deps=[s_hi, s_lo])\n        t3 = _clock(j)\n        c_widen += t3 - t2\n"),
     ("        fence_async_shared()\n        gl.thread_barrier()\n        acc = warpgroup_mma(",
@@ -35,7 +37,7 @@ EDITS = [
      "    slot = clk_ptr + ((gl.program_id(2) * gl.num_programs(1) + gl.program_id(1)) * gl.num_programs(0)"
      " + gl.program_id(0)) * 8\n"
      "    gl.store(slot + 0, c_wait)\n    gl.store(slot + 1, c_issue)\n    gl.store(slot + 2, c_widen)\n"
-     "    gl.store(slot + 3, c_soft)\n    gl.store(slot + 4, c_pv)\n    gl.store(slot + 5, tile_hi - tile_lo)\n"),
+     "    gl.store(slot + 3, c_soft)\n    gl.store(slot + 4, c_pv)\n    gl.store(slot + 5, tile_hi - tile_lo)\n    gl.store(slot + 6, c_copy)\n"),
 ]
 CLOCK = '''
 
@@ -77,7 +79,7 @@ def main():
     plain = M.kernel_int8_split_kv_verify_wgmma
     clocked = build()
     res = []
-    for batch, ctx, qlen, bs in [(1, 131072, 6, 16), (1, 131072, 6, 1600), (1, 131072, 16, 16), (8, 32768, 6, 16)]:
+    for batch, ctx, qlen, bs in [(1, 131072, 6, 16), (1, 131072, 16, 16)][: int(os.environ.get('CASES', 4))]:
         case = B.Case(args, batch, ctx, qlen, bs)
         fn = B.make_impls(case, args)["int8_split_kv"][0]
         clk = torch.zeros(1 << 16, 8, dtype=torch.int32, device="cuda")
@@ -94,15 +96,15 @@ def main():
         row = dict(batch=batch, ctx=ctx, qlen=qlen, block=bs, grid=list(w.grid), programs=int(used.sum()),
                    tiles_per_program=round(float(c[used, 5].mean()), 1), us_plain=round(t_plain, 1),
                    us_clocked=round(t_clock, 1))
-        for k, name in enumerate(["wait", "issue", "widen", "soft", "pv"]):
+        for k, name in [(0, "wait"), (6, "copy"), (1, "issue"), (2, "widen"), (3, "soft"), (4, "pv")]:
             row[name] = round(float(c[used, k].sum() / tiles), 1)
-        row["total"] = round(sum(row[n] for n in ["wait", "issue", "widen", "soft", "pv"]), 1)
+        row["total"] = round(sum(row[n] for n in ["wait", "copy", "issue", "widen", "soft", "pv"]), 1)
         res.append(row); print(json.dumps(row), flush=True)
         del case; torch.cuda.empty_cache()
     json.dump(res, open(os.path.join(os.environ.get("OUT", "/tmp"), "phase_clock.json"), "w"), indent=1)
-    print("\ncycles per tile (thread 0 of each program): wait issue widen soft pv | total | us plain / clocked")
+    print("\ncycles per tile (a thread of each program): wait copy qk-issue widen soft pv | total | us plain / clocked")
     for r in res:
-        print(f"b{r['batch']} {r['ctx'] // 1024}K q{r['qlen']} bs{r['block']}: {r['wait']} {r['issue']} {r['widen']} "
+        print(f"b{r['batch']} {r['ctx'] // 1024}K q{r['qlen']} bs{r['block']}: {r['wait']} {r['copy']} {r['issue']} {r['widen']} "
               f"{r['soft']} {r['pv']} | {r['total']} | {r['us_plain']} / {r['us_clocked']}")
 
 
