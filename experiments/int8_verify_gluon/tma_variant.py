@@ -1,0 +1,273 @@
+"""The series' wgmma verify kernel with its K/V/scale copies issued by TMA (one thread) instead of per-thread cp.async.
+
+Built at import by edits to vllm/v1/attention/ops/triton_int8_split_kv_wgmma.py (no copy kept here).  Each 16-token
+run of a tile is one TMA box per operand: K rows [16, HEAD] into the tile's rows of the 128-byte-swizzled K stage,
+V^T [HEAD, 16] into a per-run stage that the widening reads, the scales [1, 16] into per-run slots that read back as
+the tile's [TILE] scales; one mbarrier per stage counts the bytes.  `kernel_int8_split_kv_verify_wgmma` here is a
+launcher-compatible object: the series' launcher calls it with the cache tensors and strides, and it adds the tensor
+descriptors (row views of the caches' storage).  So `ab_runs.py` takes it as
+VARIANTS="tma=experiments/int8_verify_gluon/tma_variant.py".
+
+Why (phase_clock.py, H200): issuing a tile's cp.async copies took ~720 of its ~3,100 cycles per program.
+Caveat (gluon_wgmma_tma.py): Triton puts a CTA barrier before every TMA copy, 8 per 32-token tile here.
+Offline: `CUDA_VISIBLE_DEVICES= python experiments/int8_verify_gluon/tma_variant.py` compiles it for sm_90 and prints
+registers, spills and whether ptxas serialised the wgmma."""
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+SRC = "vllm/v1/attention/ops/triton_int8_split_kv_wgmma.py"
+
+ISSUE_TMA = '''@gluon.jit
+def _issue_tile(
+    k_desc,
+    v_desc,
+    ks_desc,
+    vs_desc,
+    k_smem,
+    v_smem,
+    ks_smem,
+    vs_smem,
+    bars,
+    stage,
+    tile,
+    blocks,
+    kv_head,
+    k_rows_page,
+    k_rows_head,
+    v_rows_page,
+    v_rows_head,
+    s_rows_page,
+    s_rows_head,
+    HEAD_SIZE: gl.constexpr,
+    TILE_SIZE: gl.constexpr,
+    BLOCK_SIZE: gl.constexpr,
+):
+    RUN_COUNT: gl.constexpr = TILE_SIZE // 16
+    bar = bars.index(stage)
+    mbarrier.expect(bar, RUN_COUNT * (2 * 16 * HEAD_SIZE + 2 * 16 * 4))
+    runs = gl.arange(0, RUN_COUNT, layout=blocks.type.layout)
+    for r in gl.static_range(RUN_COUNT):
+        block = gl.sum(gl.where(runs == r, blocks, 0), axis=0)
+        in_block = (tile * TILE_SIZE + 16 * r) % BLOCK_SIZE
+        tma.async_copy_global_to_shared(
+            k_desc,
+            [block * k_rows_page + kv_head * k_rows_head + in_block, 0],
+            bar,
+            k_smem.index(stage).slice(16 * r, 16),
+        )
+        tma.async_copy_global_to_shared(
+            v_desc,
+            [block * v_rows_page + kv_head * v_rows_head, in_block],
+            bar,
+            v_smem.index(stage * RUN_COUNT + r),
+        )
+        s_row = block * s_rows_page + kv_head * s_rows_head + in_block // 16
+        tma.async_copy_global_to_shared(ks_desc, [s_row, 0], bar, ks_smem.index(stage * RUN_COUNT + r))
+        tma.async_copy_global_to_shared(vs_desc, [s_row, 0], bar, vs_smem.index(stage * RUN_COUNT + r))
+
+
+'''
+
+ISSUE_ARGS = '''                k_desc,
+                v_desc,
+                ks_desc,
+                vs_desc,
+                k_smem,
+                v_smem,
+                ks_smem,
+                vs_smem,
+                bars,
+                STAGE_ARG,
+                TILE_ARG,
+                BLOCKS_ARG,
+                kv_head_idx,
+                k_rows_page,
+                k_rows_head,
+                v_rows_page,
+                v_rows_head,
+                s_rows_page,
+                s_rows_head,
+                HEAD_SIZE,
+                TILE_SIZE,
+                BLOCK_SIZE,
+            )
+'''
+
+
+def _sub(s, start, end, new, count=1):
+    """Replace the text from `start` up to (not including) `end`."""
+    a = s.index(start)
+    b = s.index(end, a)
+    return s[:a] + new + s[b:]
+
+
+def build_source() -> str:
+    s = open(SRC).read()
+    s = s.replace(
+        "        warpgroup_mma_wait,\n    )\n",
+        "        warpgroup_mma_wait,\n    )\n"
+        "    from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma\n",
+        1,
+    )
+    s = _sub(s, "@gluon.jit\ndef _run_bases(", '@gluon.jit(do_not_specialize=', ISSUE_TMA)
+    s = s.replace(
+        "    RESCALE_THRESHOLD: gl.constexpr,\n):",
+        "    RESCALE_THRESHOLD: gl.constexpr,\n    k_desc,\n    v_desc,\n    ks_desc,\n    vs_desc,\n"
+        "    k_rows_page,\n    k_rows_head,\n    v_rows_page,\n    v_rows_head,\n    s_rows_page,\n    s_rows_head,\n):",
+        1,
+    )
+    alloc_old_start = "    v_smem = gl.allocate_shared_memory(\n"
+    alloc_new = (
+        "    RUN_COUNT: gl.constexpr = TILE_SIZE // 16\n"
+        "    v_smem = gl.allocate_shared_memory(\n"
+        "        gl.int8, [STAGES * RUN_COUNT, HEAD_SIZE, 16], v_desc.layout\n    )\n"
+        "    ks_smem = gl.allocate_shared_memory(\n"
+        "        gl.float32, [STAGES * RUN_COUNT, 1, 16], ks_desc.layout\n    )\n"
+        "    vs_smem = gl.allocate_shared_memory(\n"
+        "        gl.float32, [STAGES * RUN_COUNT, 1, 16], vs_desc.layout\n    )\n"
+        "    # The runs' scale slots are consecutive: read back as one row per stage.\n"
+        "    ks_rows = ks_smem._reinterpret(gl.float32, [STAGES, TILE_SIZE], s_shared)\n"
+        "    vs_rows = vs_smem._reinterpret(gl.float32, [STAGES, TILE_SIZE], s_shared)\n"
+        "    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())\n"
+        "    for s in gl.static_range(STAGES):\n        mbarrier.init(bars.index(s), count=1)\n"
+    )
+    s = _sub(s, alloc_old_start, "    vh_smem = gl.allocate_shared_memory(", alloc_new)
+    # Drop the cp.async offsets; the prologue and loop issue by TMA.
+    s = _sub(s, "    # Offsets of K and V^T bytes within their 16-token run", "    for p in gl.static_range(STAGES - 1):", "")
+    pro = ISSUE_ARGS.replace("STAGE_ARG", "p").replace("TILE_ARG", "tile_lo + p").replace(
+        "BLOCKS_ARG", "_tile_blocks(\n                    block_table_row, tile_lo + p, seq_len, TILE_SIZE, BLOCK_SIZE, RUNS\n                )")
+    a = s.index("    for p in gl.static_range(STAGES - 1):")
+    b = s.index("            _issue_tile(\n", a) + len("            _issue_tile(\n")
+    c = s.index("        async_copy.commit_group()\n", b)
+    s = s[:b] + pro + s[c + len("        async_copy.commit_group()\n"):]
+    loop_top_old = s[s.index("        stage = (j - tile_lo) % STAGES\n"):s.index("        # Every thread is past the previous tile")]
+    s = s.replace(loop_top_old, "        stage = (j - tile_lo) % STAGES\n"
+                  "        mbarrier.wait(bars.index(stage), ((j - tile_lo) // STAGES) & 1)\n"
+                  "        gl.thread_barrier()\n", 1)
+    s = s.replace(
+        "        # This tile's int8 V is read now, so that the copies issued next hide\n"
+        "        # the shared-memory latency before it is widened.\n"
+        "        v8 = v_smem.index(stage).load(V_LOAD)\n", "", 1)
+    lp = ISSUE_ARGS.replace("STAGE_ARG", "(next_tile - tile_lo) % STAGES").replace("TILE_ARG", "next_tile").replace(
+        "BLOCKS_ARG", "next_blocks").replace("\n                ", "\n                ")
+    a = s.index("        if next_tile < tile_hi:\n            _issue_tile(\n")
+    b = a + len("        if next_tile < tile_hi:\n            _issue_tile(\n")
+    c = s.index("        async_copy.commit_group()\n", b)
+    s = s[:b] + lp + s[c + len("        async_copy.commit_group()\n"):]
+    s = s.replace(
+        "        vh_smem.store(_widen(v8))\n",
+        "        for r in gl.static_range(RUN_COUNT):\n"
+        "            vh_smem.slice(16 * r, 16, dim=1).store(\n"
+        "                _widen(v_smem.index(stage * RUN_COUNT + r).load(V_RUN))\n            )\n",
+        1,
+    )
+    s = s.replace("        k_scale = ks_smem.index(stage).load(col_s)\n        v_scale = vs_smem.index(stage).load(col_s)\n",
+                  "        k_scale = ks_rows.index(stage).load(col_s)\n        v_scale = vs_rows.index(stage).load(col_s)\n", 1)
+    s = s.replace("    async_copy.wait_group(0)\n",
+                  "    for s in gl.static_range(STAGES):\n        mbarrier.invalidate(bars.index(s))\n", 1)
+    s = s.replace("    S_LOAD: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])\n",
+                  "    S_LOAD: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])\n"
+                  "    V_RUN: gl.constexpr = gl.BlockedLayout([1, 16], [32, 1], [NUM_WARPS, 1], [1, 0])\n", 1)
+    return s
+
+
+def load_module():
+    path = os.path.join(tempfile.mkdtemp(), "wgmma_tma.py")
+    open(path, "w").write(build_source())
+    spec = importlib.util.spec_from_file_location("wgmma_tma", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _rows(t, row_elems):
+    """The storage of `t` from its offset on, as rows of `row_elems` elements."""
+    import torch
+    n = t.untyped_storage().nbytes() // t.element_size() - t.storage_offset()
+    return torch.as_strided(t, (n // row_elems, row_elems), (row_elems, 1))
+
+
+class TmaLaunch:
+    """Called like the series' Gluon kernel (kernel[grid](*args, **kwargs)); adds the tensor descriptors."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        def launch(*args, **kw):
+            from triton.experimental.gluon import language as gl
+            from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+            k_cache, v_cache, k_scale, v_scale = args[5:9]
+            bs, head = kw["BLOCK_SIZE"], kw["HEAD_SIZE"]
+            sp, sh, ssp, ssh = kw["stride_page"], kw["stride_head"], kw["stride_scale_page"], kw["stride_scale_head"]
+            assert sp % head == 0 and sh % head == 0 and sp % bs == 0 and sh % bs == 0 and ssp % 16 == 0 and ssh % 16 == 0
+            kf, vf, ksf, vsf = _rows(k_cache, head), _rows(v_cache, bs), _rows(k_scale, 16), _rows(v_scale, 16)
+            lay = gl.NVMMASharedLayout.get_default_for
+            descs = dict(
+                k_desc=TensorDescriptor(kf, list(kf.shape), [head, 1], [16, head], lay([16, head], gl.int8)),
+                v_desc=TensorDescriptor(vf, list(vf.shape), [bs, 1], [head, 16], lay([head, 16], gl.int8)),
+                ks_desc=TensorDescriptor(ksf, list(ksf.shape), [16, 1], [1, 16], lay([1, 16], gl.float32)),
+                vs_desc=TensorDescriptor(vsf, list(vsf.shape), [16, 1], [1, 16], lay([1, 16], gl.float32)),
+                k_rows_page=sp // head, k_rows_head=sh // head, v_rows_page=sp // bs, v_rows_head=sh // bs,
+                s_rows_page=ssp // 16, s_rows_head=ssh // 16)
+            return self.kernel[grid](*args, **kw, **descs)
+        return launch
+
+
+def _offline():
+    """Compile for sm_90 on this machine: registers, spills, loop size, wgmma serialisation."""
+    import torch
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import compile
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from triton.runtime.jit import mangle_type
+    sys.path.insert(0, os.path.dirname(__file__))
+    from sass_stats import loop_stats, sass
+    mod = load_module()
+    k = mod.kernel_int8_split_kv_verify_wgmma
+    bs = int(sys.argv[1]) if len(sys.argv) > 1 else 16
+    lay = gl.NVMMASharedLayout.get_default_for
+    i8, f32 = torch.empty(1 << 16, dtype=torch.int8), torch.empty(1 << 12, dtype=torch.float32)
+    descs = dict(k_desc=TensorDescriptor(i8, [256, 256], [256, 1], [16, 256], lay([16, 256], gl.int8)),
+                 v_desc=TensorDescriptor(i8, [4096, 16], [16, 1], [256, 16], lay([256, 16], gl.int8)),
+                 ks_desc=TensorDescriptor(f32, [256, 16], [16, 1], [1, 16], lay([1, 16], gl.float32)),
+                 vs_desc=TensorDescriptor(f32, [256, 16], [16, 1], [1, 16], lay([1, 16], gl.float32)))
+    consts = dict(num_query_heads=24, NUM_QUERIES_PER_KV=6, ROW_SPLITS=1, HEAD_SIZE=256, BLOCK_SIZE=bs, TILE_SIZE=32,
+                  STAGES=3, P_LOG2_SCALE=6.0, RESCALE_THRESHOLD=8.0)
+    ptrs = {"out_ptr": "*bf16", "q_ptr": "*bf16", "k_cache_ptr": "*i8", "v_cache_ptr": "*i8",
+            "block_table_ptr": "*i32", "seq_lens_ptr": "*i32", "query_start_loc_ptr": "*i32"}
+    sig, aligned = {}, []
+    for i, n in enumerate(k.arg_names):
+        if n in consts: sig[n] = "constexpr"
+        elif n in descs: sig[n] = mangle_type(descs[n])
+        elif n == "qk_scale": sig[n] = "fp32"
+        elif n == "num_segments" or n.endswith("_rows_page") or n.endswith("_rows_head"): sig[n] = "i32"
+        elif n.endswith("_ptr"): sig[n] = ptrs.get(n, "*fp32"); aligned.append(i)
+        else:
+            sig[n] = "i64"
+            if n != "block_table_stride": aligned.append(i)
+    src = GluonASTSource(fn=k, signature=sig, constexprs={(k.arg_names.index(n),): v for n, v in consts.items()},
+                         attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
+    c = compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+    usage, s = sass(c)
+    print(re.findall(r"REG:\d+ STACK:\d+ SHARED:\d+", usage), "smem", c.metadata.shared)
+    for lo, hi, n, ops in loop_stats(s):
+        print(hex(lo), hex(hi), n, dict(ops.most_common(24)))
+    with tempfile.TemporaryDirectory() as tmp:
+        p = os.path.join(tmp, "k.ptx"); open(p, "w").write(c.asm["ptx"])
+        log = subprocess.run([knobs.nvidia.ptxas.path, "-arch=sm_90a", "-v", p, "-o", os.path.join(tmp, "k.cubin")],
+                             capture_output=True, text=True)
+        print("wgmma serialised:", "serialized" in log.stdout + log.stderr)
+
+
+if __name__ == "__main__":
+    _offline()
+else:
+    kernel_int8_split_kv_verify_wgmma = TmaLaunch(load_module().kernel_int8_split_kv_verify_wgmma)
