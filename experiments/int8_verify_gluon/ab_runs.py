@@ -6,7 +6,10 @@ import importlib.util, sys, types, json, os, time
 sys.path.insert(0, "benchmarks/kernels")
 import torch, benchmark_int8_kv_attention as B
 from vllm.v1.attention.ops import triton_int8_split_kv_attention as M
-spec = importlib.util.spec_from_file_location("wgmma_head", "experiments/int8_verify_gluon/_wgmma_head.py")
+OLD = "experiments/int8_verify_gluon/_wgmma_head.py"
+if not os.path.exists(OLD):
+    sys.exit(f"{OLD} is missing: write it with `git show HEAD:vllm/v1/attention/ops/triton_int8_split_kv_wgmma.py > {OLD}`")
+spec = importlib.util.spec_from_file_location("wgmma_head", OLD)
 old = importlib.util.module_from_spec(spec); spec.loader.exec_module(old)
 
 

@@ -9,13 +9,13 @@ descriptors (row views of the caches' storage).  So `ab_runs.py` takes it as
 VARIANTS="tma=experiments/int8_verify_gluon/tma_variant.py".
 
 Why (phase_clock.py, H200): issuing a tile's cp.async copies took ~720 of its ~3,100 cycles per program.
-Caveat (gluon_wgmma_tma.py): Triton puts a CTA barrier before every TMA copy, 8 per 32-token tile here.
+Caveat (seen in an earlier standalone prototype, since removed): Triton puts a CTA barrier before every TMA copy,
+8 per 32-token tile here.
 Offline: `CUDA_VISIBLE_DEVICES= python experiments/int8_verify_gluon/tma_variant.py` compiles it for sm_90 and prints
 registers, spills and whether ptxas serialised the wgmma."""
 import importlib.util
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
@@ -221,17 +221,12 @@ class TmaLaunch:
 def _offline():
     """Compile for sm_90 on this machine: registers, spills, loop size, wgmma serialisation."""
     import torch
-    from triton import knobs
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import compile
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon._runtime import GluonASTSource
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import mangle_type
     sys.path.insert(0, os.path.dirname(__file__))
-    from sass_stats import loop_stats, sass
-    mod = load_module()
-    k = mod.kernel_int8_split_kv_verify_wgmma
+    from sass_stats import build, loop_stats, sass, wgmma_serialized
+    k = load_module().kernel_int8_split_kv_verify_wgmma
     bs = int(sys.argv[1]) if len(sys.argv) > 1 else 16
     lay = gl.NVMMASharedLayout.get_default_for
     i8, f32 = torch.empty(1 << 16, dtype=torch.int8), torch.empty(1 << 12, dtype=torch.float32)
@@ -239,32 +234,16 @@ def _offline():
                  v_desc=TensorDescriptor(i8, [4096, 16], [16, 1], [256, 16], lay([256, 16], gl.int8)),
                  ks_desc=TensorDescriptor(f32, [256, 16], [16, 1], [1, 16], lay([1, 16], gl.float32)),
                  vs_desc=TensorDescriptor(f32, [256, 16], [16, 1], [1, 16], lay([1, 16], gl.float32)))
+    types = {n: mangle_type(d) for n, d in descs.items()}
+    types.update({n: "i32" for n in k.arg_names if n.endswith("_rows_page") or n.endswith("_rows_head")})
     consts = dict(num_query_heads=24, NUM_QUERIES_PER_KV=6, ROW_SPLITS=1, HEAD_SIZE=256, BLOCK_SIZE=bs, TILE_SIZE=32,
                   STAGES=3, P_LOG2_SCALE=6.0, RESCALE_THRESHOLD=8.0)
-    ptrs = {"out_ptr": "*bf16", "q_ptr": "*bf16", "k_cache_ptr": "*i8", "v_cache_ptr": "*i8",
-            "block_table_ptr": "*i32", "seq_lens_ptr": "*i32", "query_start_loc_ptr": "*i32"}
-    sig, aligned = {}, []
-    for i, n in enumerate(k.arg_names):
-        if n in consts: sig[n] = "constexpr"
-        elif n in descs: sig[n] = mangle_type(descs[n])
-        elif n == "qk_scale": sig[n] = "fp32"
-        elif n == "num_segments" or n.endswith("_rows_page") or n.endswith("_rows_head"): sig[n] = "i32"
-        elif n.endswith("_ptr"): sig[n] = ptrs.get(n, "*fp32"); aligned.append(i)
-        else:
-            sig[n] = "i64"
-            if n != "block_table_stride": aligned.append(i)
-    src = GluonASTSource(fn=k, signature=sig, constexprs={(k.arg_names.index(n),): v for n, v in consts.items()},
-                         attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
-    c = compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+    c = build(None, k, consts, types=types, gluon=True)
     usage, s = sass(c)
     print(re.findall(r"REG:\d+ STACK:\d+ SHARED:\d+", usage), "smem", c.metadata.shared)
     for lo, hi, n, ops in loop_stats(s):
         print(hex(lo), hex(hi), n, dict(ops.most_common(24)))
-    with tempfile.TemporaryDirectory() as tmp:
-        p = os.path.join(tmp, "k.ptx"); open(p, "w").write(c.asm["ptx"])
-        log = subprocess.run([knobs.nvidia.ptxas.path, "-arch=sm_90a", "-v", p, "-o", os.path.join(tmp, "k.cubin")],
-                             capture_output=True, text=True)
-        print("wgmma serialised:", "serialized" in log.stdout + log.stderr)
+    print("wgmma serialised:", wgmma_serialized(c))
 
 
 if __name__ == "__main__":

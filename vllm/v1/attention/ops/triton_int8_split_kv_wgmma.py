@@ -390,7 +390,8 @@ def kernel_int8_split_kv_verify_wgmma(
         s_hi, s_lo = warpgroup_mma_wait(0, deps=[s_hi, s_lo])
         pos = j * TILE_SIZE + t_col
         if j >= full_hi:
-            # Slots past the context hold whatever an earlier tile left.
+            # Slots past the context hold whatever the cache holds there
+            # (the copies are not masked).
             k_scale = gl.where(pos < seq_len, k_scale, 0.0)
             v_scale = gl.where(pos < seq_len, v_scale, 0.0)
         # |254 * S_hi + S_lo| < 2**31: one exact integer multiply-add.
