@@ -42,7 +42,10 @@ from e2e_common import (
 
 # Kernel-name fragments grouped into the rows of the summary table.
 KERNEL_GROUPS = (
-    ("attn:int8-split-kv", ("kernel_int8_split_kv_attention",)),
+    (
+        "attn:int8-split-kv",
+        ("kernel_int8_split_kv_attention", "kernel_int8_split_kv_verify"),
+    ),
     ("attn:int8-reduce", ("kernel_int8_split_kv_reduce",)),
     ("attn:unified", ("kernel_unified_attention", "reduce_segments")),
     ("attn:flash", ("flash_fwd", "flash::", "FlashAttn")),
@@ -155,18 +158,18 @@ def worker(cfg: dict) -> dict:
     # 1. A long single request.
     jit.phase = "single-prefill"
     ctx = cfg["context"]
-    engine.add_request(
-        "single",
-        {"prompt_token_ids": make_prompts([ctx], vocab, 1)[0]},
-        params(cfg["decode_steps"] + 2),
-    )
+    batch = cfg.get("batch", 1)
+    for i, prompt in enumerate(make_prompts([ctx] * batch, vocab, 1)):
+        engine.add_request(
+            f"single{i}", {"prompt_token_ids": prompt}, params(cfg["decode_steps"] + 2)
+        )
     prefill_steps = []
+    started: set[str] = set()
     t0 = time.perf_counter()
-    while True:
+    while len(started) < batch:
         dt, outs = _step(engine)
         prefill_steps.append(dt)
-        if any(len(o.outputs[0].token_ids) for o in outs):
-            break
+        started |= {o.request_id for o in outs if len(o.outputs[0].token_ids)}
     ttft = time.perf_counter() - t0
     jit.phase = "single-decode"
     decode = []
@@ -182,6 +185,8 @@ def worker(cfg: dict) -> dict:
         engine.step()
     result["single"] = {
         "context": ctx,
+        "batch": batch,
+        "spec": cfg.get("drafter") and "dflash",
         "ttft_s": round(ttft, 3),
         "prefill_steps": len(prefill_steps),
         "decode_step_ms_p50": round(1e3 * statistics.median(decode), 3),
@@ -195,6 +200,10 @@ def worker(cfg: dict) -> dict:
     )
 
     # 2. Concurrency, first round: A decodes, B arrives.
+    if not cfg["concurrent"]:
+        result["provenance"] = provenance()
+        result["jit_after_ready"] = jit.events
+        return result
     a_len, b_len = cfg["concurrent"]
     pa, pb = make_prompts([a_len, b_len], vocab, seed=7)
     jit.phase = "A-prefill"
@@ -250,7 +259,6 @@ def main(argv: list[str] | None = None) -> int:
         model_help="target folder (default: write the tiny preset)",
         max_num_batched_tokens=2048,
         gpu_memory_utilization=0.6,
-        drafter=False,
     )
     p.add_argument(
         "--preset",
@@ -264,9 +272,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile-steps", type=int, default=8)
     p.add_argument("--concurrent", type=int, nargs=2, default=[65536, 32768])
     p.add_argument("--label", default="", help="suffix of the output file name")
+    p.add_argument(
+        "--batch", type=int, default=1, help="requests decoding together in part 1"
+    )
+    p.add_argument("--spec", choices=["none", "dflash"], default="none")
+    p.add_argument(
+        "--no-concurrent",
+        action="store_true",
+        help="skip part 2 (A decodes, B arrives)",
+    )
     args = p.parse_args(argv)
-    model, _ = ensure_models(
-        args.model, None, args.preset, args.results_dir, args.load_format
+    model, drafter = ensure_models(
+        args.model, args.drafter, args.preset, args.results_dir, args.load_format
     )
     report = {"runs": {}}
     for kv in args.kv:
@@ -277,9 +294,11 @@ def main(argv: list[str] | None = None) -> int:
             "context": args.context,
             "decode_steps": args.decode_steps,
             "profile_steps": args.profile_steps,
-            "concurrent": args.concurrent,
+            "batch": args.batch,
+            "drafter": drafter if args.spec == "dflash" else None,
+            "concurrent": None if args.no_concurrent else args.concurrent,
             "max_model_len": max(args.context, sum(args.concurrent)) + 2048,
-            "max_num_seqs": 8,
+            "max_num_seqs": max(8, args.batch),
             "enforce_eager": False,
             **engine_settings(args),
         }
@@ -298,16 +317,19 @@ def main(argv: list[str] | None = None) -> int:
         if "error" in r:
             print(f"{kv:<14} error: {r['error']}")
             continue
-        s, c = r["single"], r["concurrent"]
+        s, c = r["single"], r.get("concurrent")
+        b_ttft = f"{c['b_ttft_s']:>10.2f}" if c else f"{'-':>10}"
         print(
             f"{kv:<14}{s['ttft_s']:>8.2f}{s['decode_step_ms_p50']:>11.3f}"
-            f"{c['b_ttft_s']:>10.2f}  {s['decode_groups_us']}"
+            f"{b_ttft}  {s['decode_groups_us']}"
         )
-        print(
-            f"{'':<14}JIT after ready: {len(r['jit_after_ready'])}; mixed steps "
-            f"max {max(c['mixed_step_ms'])} ms; "
+        mixed = (
+            f"; mixed steps max {max(c['mixed_step_ms'])} ms; "
             f"mixed groups {c['mixed_groups_us_per_step']}"
+            if c
+            else ""
         )
+        print(f"{'':<14}JIT after ready: {len(r['jit_after_ready'])}{mixed}")
     return 0
 
 

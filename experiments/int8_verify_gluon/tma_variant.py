@@ -9,6 +9,13 @@ descriptors (row views of the caches' storage).  So `ab_runs.py` takes it as
 VARIANTS="tma=experiments/int8_verify_gluon/tma_variant.py".
 
 Why (phase_clock.py, H200): issuing a tile's cp.async copies took ~720 of its ~3,100 cycles per program.
+Result (H200, ab_runs.py, 2026-12-02; results/kernels/int8_verify_tma_ab_nvidia_h200.json): correct (error against the
+dequantised cache 0.0017, as the series) but 1.12-1.26x SLOWER than the series' cp.async kernel on every timed case
+(128K batch 1 verify-6: 156.4 vs 130.5 us at blocks of 16, 152.7 vs 122.0 at 1600; verify-16 293.7 vs 243.3).  The
+copy issue was hidden by the other program on the SM; TMA adds 15 CTA barriers per tile (one before each copy), the
+mbarrier wait, and loses the early V read.  Descriptors are 4-D [block, KV head, token, channel] views of the planar
+caches (a head's K rows start 520 * block_size bytes apart, not a multiple of 256), and each run's scales land in a
+128-byte-aligned slot (TMA's shared-memory alignment; 64-byte slots gave "misaligned address").
 Caveat (seen in an earlier standalone prototype, since removed): Triton puts a CTA barrier before every TMA copy,
 8 per 32-token tile here.
 Offline: `CUDA_VISIBLE_DEVICES= python experiments/int8_verify_gluon/tma_variant.py` compiles it for sm_90 and prints
@@ -36,12 +43,6 @@ def _issue_tile(
     tile,
     blocks,
     kv_head,
-    k_rows_page,
-    k_rows_head,
-    v_rows_page,
-    v_rows_head,
-    s_rows_page,
-    s_rows_head,
     HEAD_SIZE: gl.constexpr,
     TILE_SIZE: gl.constexpr,
     BLOCK_SIZE: gl.constexpr,
@@ -55,19 +56,18 @@ def _issue_tile(
         in_block = (tile * TILE_SIZE + 16 * r) % BLOCK_SIZE
         tma.async_copy_global_to_shared(
             k_desc,
-            [block * k_rows_page + kv_head * k_rows_head + in_block, 0],
+            [block, kv_head, in_block, 0],
             bar,
             k_smem.index(stage).slice(16 * r, 16),
         )
         tma.async_copy_global_to_shared(
             v_desc,
-            [block * v_rows_page + kv_head * v_rows_head, in_block],
+            [block, kv_head, 0, in_block],
             bar,
             v_smem.index(stage * RUN_COUNT + r),
         )
-        s_row = block * s_rows_page + kv_head * s_rows_head + in_block // 16
-        tma.async_copy_global_to_shared(ks_desc, [s_row, 0], bar, ks_smem.index(stage * RUN_COUNT + r))
-        tma.async_copy_global_to_shared(vs_desc, [s_row, 0], bar, vs_smem.index(stage * RUN_COUNT + r))
+        tma.async_copy_global_to_shared(ks_desc, [block, kv_head, in_block], bar, ks_smem.index(2 * (stage * RUN_COUNT + r)))
+        tma.async_copy_global_to_shared(vs_desc, [block, kv_head, in_block], bar, vs_smem.index(2 * (stage * RUN_COUNT + r)))
 
 
 '''
@@ -85,13 +85,7 @@ ISSUE_ARGS = '''                k_desc,
                 TILE_ARG,
                 BLOCKS_ARG,
                 kv_head_idx,
-                k_rows_page,
-                k_rows_head,
-                v_rows_page,
-                v_rows_head,
-                s_rows_page,
-                s_rows_head,
-                HEAD_SIZE,
+                                                                                        HEAD_SIZE,
                 TILE_SIZE,
                 BLOCK_SIZE,
             )
@@ -117,21 +111,26 @@ def build_source() -> str:
     s = s.replace(
         "    RESCALE_THRESHOLD: gl.constexpr,\n):",
         "    RESCALE_THRESHOLD: gl.constexpr,\n    k_desc,\n    v_desc,\n    ks_desc,\n    vs_desc,\n"
-        "    k_rows_page,\n    k_rows_head,\n    v_rows_page,\n    v_rows_head,\n    s_rows_page,\n    s_rows_head,\n):",
+        "):",
         1,
     )
     alloc_old_start = "    v_smem = gl.allocate_shared_memory(\n"
     alloc_new = (
         "    RUN_COUNT: gl.constexpr = TILE_SIZE // 16\n"
         "    v_smem = gl.allocate_shared_memory(\n"
-        "        gl.int8, [STAGES * RUN_COUNT, HEAD_SIZE, 16], v_desc.layout\n    )\n"
+        "        gl.int8, [STAGES * RUN_COUNT, 1, 1, HEAD_SIZE, 16], v_desc.layout\n    )\n"
+        "    # 16-byte rows: no swizzle, so the boxes read back as [HEAD_SIZE, 16] tiles.\n"
+        "    v_runs = v_smem._reinterpret(\n        gl.int8, [STAGES * RUN_COUNT, HEAD_SIZE, 16],\n"
+        "        gl.NVMMASharedLayout.get_default_for([HEAD_SIZE, 16], gl.int8),\n    )\n"
         "    ks_smem = gl.allocate_shared_memory(\n"
-        "        gl.float32, [STAGES * RUN_COUNT, 1, 16], ks_desc.layout\n    )\n"
+        "        gl.float32, [STAGES * RUN_COUNT * 2, 1, 1, 16], ks_desc.layout\n    )\n"
         "    vs_smem = gl.allocate_shared_memory(\n"
-        "        gl.float32, [STAGES * RUN_COUNT, 1, 16], vs_desc.layout\n    )\n"
-        "    # The runs' scale slots are consecutive: read back as one row per stage.\n"
-        "    ks_rows = ks_smem._reinterpret(gl.float32, [STAGES, TILE_SIZE], s_shared)\n"
-        "    vs_rows = vs_smem._reinterpret(gl.float32, [STAGES, TILE_SIZE], s_shared)\n"
+        "        gl.float32, [STAGES * RUN_COUNT * 2, 1, 1, 16], vs_desc.layout\n    )\n"
+        "    # A run's scales take 64 of a 128-byte slot (TMA writes 128-byte-aligned\n"
+        "    # shared memory): read back as [runs, 16] per stage.\n"
+        "    s_runs: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])\n"
+        "    ks_rows = ks_smem._reinterpret(gl.float32, [STAGES, RUN_COUNT, 32], s_runs)\n"
+        "    vs_rows = vs_smem._reinterpret(gl.float32, [STAGES, RUN_COUNT, 32], s_runs)\n"
         "    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())\n"
         "    for s in gl.static_range(STAGES):\n        mbarrier.init(bars.index(s), count=1)\n"
     )
@@ -162,16 +161,20 @@ def build_source() -> str:
         "        vh_smem.store(_widen(v8))\n",
         "        for r in gl.static_range(RUN_COUNT):\n"
         "            vh_smem.slice(16 * r, 16, dim=1).store(\n"
-        "                _widen(v_smem.index(stage * RUN_COUNT + r).load(V_RUN))\n            )\n",
+        "                _widen(v_runs.index(stage * RUN_COUNT + r).load(V_RUN))\n            )\n",
         1,
     )
     s = s.replace("        k_scale = ks_smem.index(stage).load(col_s)\n        v_scale = vs_smem.index(stage).load(col_s)\n",
-                  "        k_scale = ks_rows.index(stage).load(col_s)\n        v_scale = vs_rows.index(stage).load(col_s)\n", 1)
+                  "        k_scale = gl.convert_layout(gl.reshape(\n"
+        "            ks_rows.index(stage).slice(0, 16, dim=1).load(S_RUNS), [TILE_SIZE]), col_s)\n"
+        "        v_scale = gl.convert_layout(gl.reshape(\n"
+        "            vs_rows.index(stage).slice(0, 16, dim=1).load(S_RUNS), [TILE_SIZE]), col_s)\n", 1)
     s = s.replace("    async_copy.wait_group(0)\n",
                   "    for s in gl.static_range(STAGES):\n        mbarrier.invalidate(bars.index(s))\n", 1)
     s = s.replace("    S_LOAD: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])\n",
                   "    S_LOAD: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])\n"
-                  "    V_RUN: gl.constexpr = gl.BlockedLayout([1, 16], [32, 1], [NUM_WARPS, 1], [1, 0])\n", 1)
+                  "    V_RUN: gl.constexpr = gl.BlockedLayout([1, 16], [32, 1], [NUM_WARPS, 1], [1, 0])\n"
+                  "    S_RUNS: gl.constexpr = gl.BlockedLayout([1, 1], [2, 16], [NUM_WARPS, 1], [1, 0])\n", 1)
     return s
 
 
@@ -203,17 +206,16 @@ class TmaLaunch:
             from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
             k_cache, v_cache, k_scale, v_scale = args[5:9]
             bs, head = kw["BLOCK_SIZE"], kw["HEAD_SIZE"]
-            sp, sh, ssp, ssh = kw["stride_page"], kw["stride_head"], kw["stride_scale_page"], kw["stride_scale_head"]
-            assert sp % head == 0 and sh % head == 0 and sp % bs == 0 and sh % bs == 0 and ssp % 16 == 0 and ssh % 16 == 0
-            kf, vf, ksf, vsf = _rows(k_cache, head), _rows(v_cache, bs), _rows(k_scale, 16), _rows(v_scale, 16)
             lay = gl.NVMMASharedLayout.get_default_for
+            # [block, KV head, token, channel] (K), [block, KV head, channel, token] (V^T),
+            # [block, KV head, token] (scales): the planar views' own strides, permuted.
+            kv, vv = k_cache.permute(0, 2, 1, 3), v_cache.permute(0, 2, 3, 1)
+            ksv, vsv = k_scale.permute(0, 2, 1), v_scale.permute(0, 2, 1)
             descs = dict(
-                k_desc=TensorDescriptor(kf, list(kf.shape), [head, 1], [16, head], lay([16, head], gl.int8)),
-                v_desc=TensorDescriptor(vf, list(vf.shape), [bs, 1], [head, 16], lay([head, 16], gl.int8)),
-                ks_desc=TensorDescriptor(ksf, list(ksf.shape), [16, 1], [1, 16], lay([1, 16], gl.float32)),
-                vs_desc=TensorDescriptor(vsf, list(vsf.shape), [16, 1], [1, 16], lay([1, 16], gl.float32)),
-                k_rows_page=sp // head, k_rows_head=sh // head, v_rows_page=sp // bs, v_rows_head=sh // bs,
-                s_rows_page=ssp // 16, s_rows_head=ssh // 16)
+                k_desc=TensorDescriptor.from_tensor(kv, [1, 1, 16, head], lay([1, 1, 16, head], gl.int8)),
+                v_desc=TensorDescriptor.from_tensor(vv, [1, 1, head, 16], lay([1, 1, head, 16], gl.int8)),
+                ks_desc=TensorDescriptor.from_tensor(ksv, [1, 1, 16], lay([1, 1, 16], gl.float32)),
+                vs_desc=TensorDescriptor.from_tensor(vsv, [1, 1, 16], lay([1, 1, 16], gl.float32)))
             return self.kernel[grid](*args, **kw, **descs)
         return launch
 
@@ -229,13 +231,13 @@ def _offline():
     k = load_module().kernel_int8_split_kv_verify_wgmma
     bs = int(sys.argv[1]) if len(sys.argv) > 1 else 16
     lay = gl.NVMMASharedLayout.get_default_for
-    i8, f32 = torch.empty(1 << 16, dtype=torch.int8), torch.empty(1 << 12, dtype=torch.float32)
-    descs = dict(k_desc=TensorDescriptor(i8, [256, 256], [256, 1], [16, 256], lay([16, 256], gl.int8)),
-                 v_desc=TensorDescriptor(i8, [4096, 16], [16, 1], [256, 16], lay([256, 16], gl.int8)),
-                 ks_desc=TensorDescriptor(f32, [256, 16], [16, 1], [1, 16], lay([1, 16], gl.float32)),
-                 vs_desc=TensorDescriptor(f32, [256, 16], [16, 1], [1, 16], lay([1, 16], gl.float32)))
+    i8, f32 = torch.empty(1 << 20, dtype=torch.int8), torch.empty(1 << 12, dtype=torch.float32)
+    page, hs = 4 * 520 * bs, 520 * bs
+    descs = dict(k_desc=TensorDescriptor(i8, [4, 4, bs, 256], [page, hs, 256, 1], [1, 1, 16, 256], lay([1, 1, 16, 256], gl.int8)),
+                 v_desc=TensorDescriptor(i8, [4, 4, 256, bs], [page, hs, bs, 1], [1, 1, 256, 16], lay([1, 1, 256, 16], gl.int8)),
+                 ks_desc=TensorDescriptor(f32, [4, 4, bs], [page // 4, hs // 4, 1], [1, 1, 16], lay([1, 1, 16], gl.float32)),
+                 vs_desc=TensorDescriptor(f32, [4, 4, bs], [page // 4, hs // 4, 1], [1, 1, 16], lay([1, 1, 16], gl.float32)))
     types = {n: mangle_type(d) for n, d in descs.items()}
-    types.update({n: "i32" for n in k.arg_names if n.endswith("_rows_page") or n.endswith("_rows_head")})
     consts = dict(num_query_heads=24, NUM_QUERIES_PER_KV=6, ROW_SPLITS=1, HEAD_SIZE=256, BLOCK_SIZE=bs, TILE_SIZE=32,
                   STAGES=3, P_LOG2_SCALE=6.0, RESCALE_THRESHOLD=8.0)
     c = build(None, k, consts, types=types, gluon=True)

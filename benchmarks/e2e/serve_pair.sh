@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Fork-only harness: two serve_bench.py configurations on one GPU, engines
+# loaded side by side (fixed KV size each) and measured one at a time
+# (--measure-lock), then compared.  Writes into RESULTS (default
+# benchmarks/results/e2e).
+#
+#   PRESET=27b-geometry SPEC=dflash CONTEXTS="32768 131072" \
+#     bash benchmarks/e2e/serve_pair.sh int8-triton bf16-fa [serve_bench args...]
+set -euo pipefail
+kv_a=$1 kv_b=$2
+shift 2
+here=$(dirname "$0")
+PY=${PY:-python3}
+PRESET=${PRESET:-27b-geometry}
+SPEC=${SPEC:-dflash}
+CONTEXTS=${CONTEXTS:-32768 131072}
+RESULTS=${RESULTS:-benchmarks/results/e2e}
+KV_GIB=${KV_GIB:-24}
+UTIL=${UTIL:-0.45}
+model=$RESULTS/models/$PRESET-config-only
+# Written once here, so that the two runs do not race to write it.
+[ -f "$model/config.json" ] || $PY "$here/../models/make_hybrid_model.py" \
+    --preset "$PRESET" --out "$model" --drafter --config-only
+lock=$(mktemp)
+pids=()
+for kv in "$kv_a" "$kv_b"; do
+    # shellcheck disable=SC2086
+    $PY "$here/serve_bench.py" --label "$kv-$SPEC" --kv "$kv" --spec $SPEC \
+        --contexts $CONTEXTS --model "$model" --load-format dummy \
+        --gpu-memory-utilization "$UTIL" --kv-cache-memory-gib "$KV_GIB" \
+        --measure-lock "$lock" --results-dir "$RESULTS" "$@" \
+        > "$RESULTS/serve_pair_$kv-$SPEC.log" 2>&1 &
+    pids+=($!)
+done
+rc=0
+for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+for kv in "$kv_a" "$kv_b"; do
+    echo "== $kv-$SPEC (last lines)"; tail -n 5 "$RESULTS/serve_pair_$kv-$SPEC.log"
+done
+$PY "$here/serve_bench.py" --compare "$RESULTS/serve_$kv_a-$SPEC.json" \
+    "$RESULTS/serve_$kv_b-$SPEC.json" --baseline "$kv_b-$SPEC" || rc=$?
+exit $rc
