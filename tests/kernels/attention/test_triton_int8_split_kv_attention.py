@@ -274,6 +274,102 @@ def test_int8_split_kv_verify(num_heads, head_size, geometry):
     assert rel_err(output, ref_deq) < 0.01
 
 
+def _ref_window(query, k, v, query_lens, kv_lens, block_tables, causal, window):
+    """fp32 attention where the query token at position ``p`` (the last
+    ``query_len`` positions of its request) sees the keys at ``j`` with
+    ``j <= p`` if ``causal`` (else every key) and ``|p - j| < window`` if
+    ``window`` (else any distance)."""
+    block_size, num_kv_heads, head_size = k.shape[1:]
+    outputs, start = [], 0
+    for query_len, kv_len, blocks in zip(query_lens, kv_lens, block_tables.cpu()):
+        q = query[start : start + query_len].float() * head_size**-0.5
+        start += query_len
+        rows = blocks[: -(-kv_len // block_size)]
+        keys = k[rows].reshape(-1, num_kv_heads, head_size)[:kv_len].float()
+        values = v[rows].reshape(-1, num_kv_heads, head_size)[:kv_len].float()
+        group = q.shape[1] // num_kv_heads
+        keys = keys.repeat_interleave(group, dim=1)
+        values = values.repeat_interleave(group, dim=1)
+        p = torch.arange(kv_len - query_len, kv_len)[:, None]
+        j = torch.arange(kv_len)[None, :]
+        visible = torch.ones(query_len, kv_len, dtype=torch.bool)
+        if causal:
+            visible &= j <= p
+        if window:
+            visible &= (p - j).abs() < window
+        scores = torch.einsum("qhd,khd->hqk", q, keys)
+        scores = scores.masked_fill(~visible.to(scores.device), float("-inf"))
+        attn = torch.softmax(scores, dim=-1)
+        outputs.append(torch.einsum("hqk,khd->qhd", attn, values))
+    return torch.cat(outputs)
+
+
+WINDOW_GEOMETRIES = [
+    # Row-packing (decode), its split P.V form, the swapped verify kernel and
+    # Hopper's warpgroup-MMA kernel (the swapped one elsewhere).
+    Int8SplitKVGeometry(32, 4, 2, 2, 16),
+    Int8SplitKVGeometry(16, 4, 2, 3, 32, pv_chunk=32),
+    Int8SplitKVGeometry(16, 4, 4, 3, 64, swap_ab=True),
+    Int8SplitKVGeometry(32, 4, 4, 3, 64, wgmma=True),
+]
+
+
+@pytest.mark.parametrize("geometry", WINDOW_GEOMETRIES)
+@pytest.mark.parametrize(
+    ("causal", "window"), [(True, 40), (True, 1), (False, 0), (False, 40), (False, 3)]
+)
+@torch.inference_mode()
+def test_int8_split_kv_window_and_non_causal(geometry, causal, window):
+    """Sliding-window layers and non-causal draft blocks (DFlash drafters):
+    ragged query lengths, windows that start inside a tile, inside another
+    segment, before the context (the 18-token request) and at the token
+    itself (window 1), against fp32 attention with the same mask on the
+    dequantised cache."""
+    torch.set_default_device(DEVICE_TYPE)
+    torch.manual_seed(5)
+    num_query_heads, num_kv_heads, head_size = 12, 2, 64
+    query_lens = [16, 1, 5, 9] if geometry.block_m > 16 else [1, 1, 2, 1]
+    kv_lens = [77, 18, 300, 1001] if FULL else [77, 18, 150, 45]
+    num_blocks = 256
+    kv_cache = make_kv_cache_tensor(num_blocks, num_kv_heads, head_size)
+    views = int8_per_token_head_planar_views(kv_cache, head_size)
+    dequantised = []
+    for data_view, scale_view in ((views[0], views[2]), (views[1], views[3])):
+        x = torch.randn(num_blocks, BLOCK_SIZE, num_kv_heads, head_size)
+        data, scale = _quantize_int8_per_token_head(x)
+        data_view.copy_(data)
+        scale_view.copy_(scale)
+        dequantised.append(data.float() * scale[..., None])
+    query = torch.randn(sum(query_lens), num_query_heads, head_size, dtype=DTYPE)
+    cu_query_lens = torch.tensor([0] + query_lens).cumsum(0, dtype=torch.int32)
+    block_tables = torch.randperm(num_blocks, dtype=torch.int32)[
+        : len(kv_lens) * 64
+    ].view(len(kv_lens), 64)
+    output = _split_kv(
+        query,
+        views[:4],
+        cu_query_lens,
+        block_tables,
+        query_lens,
+        kv_lens,
+        geometry=geometry,
+        causal=causal,
+        sliding_window=window,
+    )
+    ref = _ref_window(
+        query, *dequantised, query_lens, kv_lens, block_tables, causal, window
+    )
+    torch.testing.assert_close(output, ref.to(DTYPE), atol=1.5e-2, rtol=1e-2)
+    # The masks matter (for the non-causal decode geometries' one- and
+    # two-token queries only where there is a window): causal attention over
+    # the whole context differs.
+    plain = ref_paged_attn(
+        query, *dequantised, query_lens, kv_lens, block_tables, head_size**-0.5
+    )
+    if window or max(query_lens) > 2:
+        assert (output.float() - plain).abs().max() > 0.05
+
+
 # One of each kernel and P.V form: row-packing with one P.V dot, with P.V
 # split into channel chunks (warps own rows), and the swapped verify kernel.
 RESCALE_GEOMETRIES = [
@@ -635,7 +731,7 @@ def test_int8_split_kv_hybrid_padded_pages(query_lens):
     torch.testing.assert_close(output, ref, atol=1.5e-2, rtol=1e-2)
 
 
-def _offline_stats(geometry, block_size, arch):
+def _offline_stats(geometry, block_size, arch, sliding_window=0):
     """Compile the split-KV kernel of ``geometry`` (Triton, or Gluon for the
     warpgroup-MMA one) for ``sm_<arch>`` without a GPU (Triton's compiler and
     ptxas) at the Qwen3.5-27B attention shape; return the per-thread stack
@@ -656,6 +752,7 @@ def _offline_stats(geometry, block_size, arch):
         TILE_SIZE=geometry.tile_size,
         P_LOG2_SCALE=mod.P_LOG2_SCALE,
         RESCALE_THRESHOLD=mod.RESCALE_THRESHOLD,
+        SLIDING_WINDOW=sliding_window,
     )
     if geometry.wgmma:
         from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
@@ -691,7 +788,7 @@ def _offline_stats(geometry, block_size, arch):
             signature[name] = "constexpr"
         elif name == "qk_scale":
             signature[name] = "fp32"
-        elif name == "num_segments":
+        elif name in ("num_segments", "causal"):
             signature[name] = "i32"
         elif name.endswith("_ptr"):
             signature[name] = pointers.get(name, "*fp32")
@@ -765,8 +862,14 @@ SPILL_ENTRIES = [
     for arch in SPILL_ARCHS
     for entry in range(len(geometry_table(arch // 10)))
 ]
+# Sliding-window layers compile a variant with a third KV loop (the masked
+# tiles at the window's start); checked with 16-token blocks.
+SPILL_WINDOW = 2048
 # Known spills, in bytes per thread: the sm_80 decode entry (two registers).
 ALLOWED_SPILL_BYTES = {(80, 0): 8}
+# ...and of the sliding-window variants: sm_90's 17-32-row entry (eight
+# registers; 32-token tiles with P.V split into channel chunks).
+ALLOWED_WINDOW_SPILL_BYTES = {(90, 1): 32}
 
 
 def _table_offline_stats() -> dict[str, dict]:
@@ -778,9 +881,13 @@ def _table_offline_stats() -> dict[str, dict]:
         f"spec = importlib.util.spec_from_file_location('t', {__file__!r})\n"
         "m = importlib.util.module_from_spec(spec)\n"
         "spec.loader.exec_module(m)\n"
-        "print(json.dumps({f'{e}-{b}-{a}': m._offline_stats("
+        "stats = {f'{e}-{b}-{a}': m._offline_stats("
         "m.geometry_table(a // 10)[e][1], b, a) for a, e in m.SPILL_ENTRIES "
-        "for b in m.SPILL_BLOCK_SIZES}))\n"
+        "for b in m.SPILL_BLOCK_SIZES}\n"
+        "stats.update({f'{e}-16-{a}-window': m._offline_stats("
+        "m.geometry_table(a // 10)[e][1], 16, a, m.SPILL_WINDOW) "
+        "for a, e in m.SPILL_ENTRIES})\n"
+        "print(json.dumps(stats))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["CUDA_VISIBLE_DEVICES"] = ""
@@ -815,6 +922,25 @@ def test_geometry_table_does_not_spill(arch, entry, block_size, table_offline_st
         f"{geometry_table(arch // 10)[entry][1]} spills {spilled} bytes per "
         f"thread on sm_{arch} with {block_size}-token blocks"
     )
+
+
+@pytest.mark.skipif(
+    not _offline_toolchain(), reason="needs Triton's bundled ptxas and cuobjdump"
+)
+@pytest.mark.parametrize(("arch", "entry"), SPILL_ENTRIES)
+def test_sliding_window_variant_does_not_spill(arch, entry, table_offline_stats):
+    """The sliding-window variant of every table geometry (a DFlash drafter's
+    layers) compiles without spills beyond the known ones, its wgmma kept
+    asynchronous."""
+    stats = table_offline_stats[f"{entry}-16-{arch}-window"]
+    allowed = ALLOWED_WINDOW_SPILL_BYTES.get(
+        (arch, entry), ALLOWED_SPILL_BYTES.get((arch, entry), 0)
+    )
+    assert stats["stack"] <= allowed, (
+        f"{geometry_table(arch // 10)[entry][1]} with a sliding window spills "
+        f"{stats['stack']} bytes per thread on sm_{arch}"
+    )
+    assert not stats["wgmma_serialized"]
 
 
 @pytest.mark.skipif(

@@ -11,6 +11,7 @@ test also runs where FlashAttention does not.
 
 import math
 from collections import Counter
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -43,12 +44,14 @@ from vllm.v1.worker import workspace
 NUM_HEADS, NUM_KV_HEADS, HEAD_SIZE = 6, 2, 64
 
 
-def make_builder(kv_quant_mode, num_speculative_tokens=None):
+def make_builder(kv_quant_mode, num_speculative_tokens=None, model_head_size=None):
+    """A builder for layers of HEAD_SIZE; ``model_head_size`` is the head
+    size of the model config (a target model whose drafter's layers differ)."""
     vllm_config = SimpleNamespace(
         model_config=SimpleNamespace(
             get_num_attention_heads=lambda parallel_config: NUM_HEADS,
             get_num_kv_heads=lambda parallel_config: NUM_KV_HEADS,
-            get_head_size=lambda: HEAD_SIZE,
+            get_head_size=lambda: model_head_size or HEAD_SIZE,
             rswa_window=None,
             dtype=torch.bfloat16,
         ),
@@ -159,8 +162,12 @@ def test_kernel_selection():
     assert select(128, **plain).decode == Int8DecodeKernel.SPLIT_KV
     # Head sizes the split-KV kernel does not take.
     assert select(96, **plain).decode == Int8DecodeKernel.UNIFIED
+    # Sliding-window layers (e.g. DFlash drafters'): split-KV decode, the
+    # sectioned prefill is for full attention only.
+    windowed = select(128, **{**plain, "sliding_window": 128})
+    assert windowed.decode == Int8DecodeKernel.SPLIT_KV
+    assert windowed.prefill == Int8PrefillKernel.UNIFIED
     for change in (
-        {"sliding_window": 128},
         {"use_alibi": True},
         {"softcap": 30.0},
         {"use_sinks": True},
@@ -440,6 +447,68 @@ def test_warmup_runs_every_decode_length_and_a_mixed_step(
     # row, per layer; one sectioned prefill per layer.
     assert kernel_calls == {"split_kv": 2 * 5, "sectioned_prefill": 2}
     assert read_caches == {kv_cache.untyped_storage().data_ptr()}
+
+
+def test_drafter_layers_with_their_own_head_size(workspace_manager, kernel_calls):
+    """A drafter's layers (e.g. DFlash's, head size 128 under a target of 256)
+    get split-KV scratch of their own head size, not the target model's."""
+    torch.manual_seed(0)
+    builder, _, _ = make_builder(
+        KVQuantMode.INT8_PER_TOKEN_HEAD, model_head_size=4 * HEAD_SIZE
+    )
+    assert builder.int8_segm_output.shape[1:] == (NUM_HEADS, HEAD_SIZE)
+    impl = make_int8_impl()
+    kv_cache, _, _, _, query, key, value, cam = make_step(impl, STEPS["decode_only"])
+    output = torch.full_like(query, float("nan"))
+    impl.forward(None, query, key, value, kv_cache, builder.build(0, cam), output)
+    assert kernel_calls == {"split_kv": 1}
+    assert torch.isfinite(output).all()
+
+
+def test_non_causal_decode_step(workspace_manager, kernel_calls):
+    """A non-causal step of decode rows only (a DFlash drafter's draft
+    blocks, where every query token sees the whole context) runs the
+    split-KV kernel without the causal mask, against non-causal attention
+    on the dequantised cache."""
+    torch.manual_seed(0)
+    reqs = STEPS["decode_only"]
+    builder, _, _ = make_builder(KVQuantMode.INT8_PER_TOKEN_HEAD)
+    impl = make_int8_impl()
+    kv_cache, block_table, _, _, query, key, value, cam = make_step(
+        impl, reqs, causal=False
+    )
+    meta = builder.build(0, cam)
+    assert meta.decode is not None and meta.decode.causal is False
+    output = torch.full_like(query, float("nan"))
+    impl.forward(None, query, key, value, kv_cache, meta, output)
+    assert kernel_calls == {"split_kv": 1}
+    causal = torch.full_like(query, float("nan"))
+    causal_meta = builder.build(0, replace(cam, causal=True))
+    impl.forward(None, query, key, value, kv_cache, causal_meta, causal)
+    q0 = 0
+    for i, (context_len, query_len) in enumerate(reqs):
+        seq_len = context_len + query_len
+        pos = torch.arange(seq_len, device=DEVICE)
+        ctx_k, ctx_v = torch_dequant(kv_cache, block_table[i], pos, HEAD_SIZE)
+        ref = torch.empty(query_len, NUM_HEADS, HEAD_SIZE, device=DEVICE)
+        sdpa_section_attn(
+            query[q0 : q0 + query_len],
+            ctx_k.bfloat16(),
+            ctx_v.bfloat16(),
+            ref,
+            torch.tensor([0, query_len]),
+            torch.tensor([0, seq_len]),
+            query_len,
+            seq_len,
+            False,
+            HEAD_SIZE**-0.5,
+        )
+        rows = slice(q0, q0 + query_len)
+        torch.testing.assert_close(output[rows].float(), ref, atol=2e-2, rtol=2e-2)
+        if query_len > 1:
+            # The causal mask would have mattered for this request.
+            assert (causal[rows].float() - ref).abs().max() > 0.05
+        q0 += query_len
 
 
 @pytest.mark.parametrize("case", ["non_causal", "prefill_on_unified"])

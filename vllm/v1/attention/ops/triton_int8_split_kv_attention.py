@@ -303,7 +303,6 @@ def _run_tokens(block_size: int, tile_size: int) -> int:
 def int8_split_kv_layer_supported(
     head_size: int,
     *,
-    sliding_window: int,
     use_alibi: bool,
     softcap: float,
     use_sinks: bool,
@@ -311,14 +310,13 @@ def int8_split_kv_layer_supported(
 ) -> bool:
     """Whether an attention layer's configuration fits the split-KV kernel.
 
-    Plain causal attention qualifies; sliding window, ALiBi, soft-capping,
-    sinks and chunked attention keep the unified kernel.  Fixed per layer,
-    so callers decide it once.  Each launch must also be causal with at most
+    Full and sliding-window attention qualify; ALiBi, soft-capping, sinks
+    and chunked attention keep the unified kernel.  Fixed per layer, so
+    callers decide it once.  Each launch must also have at most
     ``MAX_QUERY_LEN`` query tokens per request in ``SUPPORTED_QUERY_DTYPES``.
     """
     return (
         head_size in SUPPORTED_HEAD_SIZES
-        and sliding_window <= 0
         and not use_alibi
         and softcap == 0
         and not use_sinks
@@ -541,22 +539,90 @@ def _move_references(m_i, m_new, l_i, accs, v_ref, v_max):
 
 
 @triton.jit
-def _segment_tiles(seq_len, q_len, segm_idx, num_segments, TILE_SIZE: tl.constexpr):
+def _segment_tiles(
+    seq_len,
+    q_len,
+    segm_idx,
+    num_segments,
+    causal,
+    TILE_SIZE: tl.constexpr,
+    SLIDING_WINDOW: tl.constexpr,
+):
     """This segment's KV tiles ``[tile_lo, tile_hi)`` (trailing segments may be
-    empty); tiles below ``full_hi`` are seen whole by every query row."""
+    empty); tiles in ``[full_lo, full_hi)`` are seen whole by every query
+    row, the others are masked (the window's start, the causal end, the
+    context's end).  The segments share the tiles that some row sees."""
     num_tiles = tl.cdiv(seq_len, TILE_SIZE)
-    tiles_per_segment = tl.cdiv(num_tiles, num_segments)
-    tile_lo = segm_idx * tiles_per_segment
+    first_tile = 0
+    if SLIDING_WINDOW > 0:
+        # The first query token sees keys from seq_len - q_len - W + 1 on.
+        first_tile = tl.maximum(seq_len - q_len - SLIDING_WINDOW + 1, 0) // TILE_SIZE
+    tiles_per_segment = tl.cdiv(num_tiles - first_tile, num_segments)
+    tile_lo = first_tile + segm_idx * tiles_per_segment
     tile_hi = tl.minimum(tile_lo + tiles_per_segment, num_tiles)
-    full_hi = tl.minimum(tile_hi, (seq_len - q_len + 1) // TILE_SIZE)
-    return tile_lo, tl.maximum(full_hi, tile_lo), tile_hi
+    full_lo = tile_lo
+    if SLIDING_WINDOW > 0:
+        # ...and the last one from seq_len - W on.
+        full_lo = tl.minimum(
+            tl.maximum(
+                tl.cdiv(tl.maximum(seq_len - SLIDING_WINDOW, 0), TILE_SIZE), tile_lo
+            ),
+            tl.maximum(tile_hi, tile_lo),
+        )
+    # Keys every query row sees end at the first query token (causal), at
+    # the context's end, or where the window of the first token ends.
+    seen = tl.where(causal != 0, seq_len - q_len + 1, seq_len)
+    if SLIDING_WINDOW > 0:
+        seen = tl.minimum(seen, seq_len - q_len + SLIDING_WINDOW)
+    full_hi = tl.minimum(tile_hi, seen // TILE_SIZE)
+    return tile_lo, full_lo, tl.maximum(full_hi, full_lo), tile_hi
 
 
-# Context segments and the block-table row stride are runtime arguments: a
-# constexpr (or an integer that Triton specialises on) would compile a new
-# variant for each short context or batch size the geometry selector cuts the
-# segment count for, and for each block-table width.
-@triton.jit(do_not_specialize=["num_segments", "block_table_stride"])
+@triton.jit
+def _kv_mask(kv_pos, q_pos, kv_limit, SLIDING_WINDOW: tl.constexpr):
+    """Which keys (``kv_pos``, broadcast against the query rows' positions
+    ``q_pos`` and key limits ``kv_limit``) the query rows see."""
+    visible = kv_pos < kv_limit
+    if SLIDING_WINDOW > 0:
+        # |q_pos - kv_pos| < W; keys after the query exist only for
+        # non-causal steps (the unified kernel's band).
+        visible &= (q_pos - kv_pos < SLIDING_WINDOW) & (kv_pos - q_pos < SLIDING_WINDOW)
+    return visible
+
+
+@triton.jit
+def _loop_bounds(
+    tile_lo, full_lo, full_hi, tile_hi, MASKED: tl.constexpr, WINDOW: tl.constexpr
+):
+    """Iterations ``[lo, hi)`` of the unmasked or the masked KV loop.  The
+    masked loop of a sliding-window layer walks the tiles at the window's
+    start before the last ones (see :func:`_loop_tile`)."""
+    if MASKED:
+        lo = full_hi
+        if WINDOW:
+            lo = full_hi - (full_lo - tile_lo)
+        hi = tile_hi
+    else:
+        lo = full_lo
+        hi = full_hi
+    return lo, hi
+
+
+@triton.jit
+def _loop_tile(i, lo, full_hi, tile_lo, MASKED: tl.constexpr, WINDOW: tl.constexpr):
+    """The KV tile of iteration ``i`` of a loop from :func:`_loop_bounds`."""
+    tile = i
+    if MASKED and WINDOW:
+        tile = tl.where(i < full_hi, i - lo + tile_lo, i)
+    return tile
+
+
+# Context segments, the block-table row stride and causality are runtime
+# arguments: a constexpr (or an integer that Triton specialises on) would
+# compile a new variant for each short context or batch size the geometry
+# selector cuts the segment count for, for each block-table width, and for
+# the non-causal steps of a drafter.
+@triton.jit(do_not_specialize=["num_segments", "block_table_stride", "causal"])
 def kernel_int8_split_kv_attention(
     out_ptr,  # [num_tokens, num_query_heads, HEAD_SIZE]
     segm_out_ptr,  # [max_partials, num_query_heads, HEAD_SIZE] float32
@@ -572,6 +638,7 @@ def kernel_int8_split_kv_attention(
     query_start_loc_ptr,  # [num_seqs + 1] int32
     qk_scale,  # softmax scale * log2(e)
     num_segments,  # context segments per (request, KV head)
+    causal,  # 1: query token i sees keys up to its own position; 0: all
     num_query_heads: tl.constexpr,
     q_stride_0: tl.int64,
     q_stride_1: tl.int64,
@@ -593,6 +660,7 @@ def kernel_int8_split_kv_attention(
     P_LOG2_SCALE: tl.constexpr,  # P and l_i carry a factor 2**P_LOG2_SCALE
     RESCALE_THRESHOLD: tl.constexpr,
     PV_CHUNK: tl.constexpr,  # output channels per P.V dot (HEAD_SIZE: one dot)
+    SLIDING_WINDOW: tl.constexpr,  # keys per query position (0: all)
 ):
     # The row splits of one (request, KV head) are adjacent program ids, so
     # they run together and share each K/V tile through L2.
@@ -615,8 +683,9 @@ def kernel_int8_split_kv_attention(
     q_head = kv_head_idx * NUM_QUERIES_PER_KV + offs_m % NUM_QUERIES_PER_KV
     row_mask = q_tok < q_len
     token_idx = (q_start + q_tok).to(tl.int64)
-    # Causal within the query block: token i sees keys < seq_len - q_len + 1 + i.
-    kv_limit = seq_len - q_len + 1 + q_tok
+    # The query tokens are the request's last q_len positions.
+    q_pos = seq_len - q_len + q_tok
+    kv_limit = tl.where(causal != 0, q_pos + 1, seq_len)
 
     # Q : (BLOCK_M, HEAD_SIZE) as two int8 parts, Q / s = q_hi + q_lo / 254.
     Q = tl.load(
@@ -635,8 +704,8 @@ def kernel_int8_split_kv_attention(
     q_hi = q_hi.to(tl.int8)
     row_qk_scale = q_scale * (qk_scale / 254.0)
 
-    tile_lo, full_hi, tile_hi = _segment_tiles(
-        seq_len, q_len, segm_idx, num_segments, TILE_SIZE
+    tile_lo, full_lo, full_hi, tile_hi = _segment_tiles(
+        seq_len, q_len, segm_idx, num_segments, causal, TILE_SIZE, SLIDING_WINDOW
     )
 
     # m_i: each row's softmax reference (log2 units; a finite sentinel until
@@ -656,11 +725,14 @@ def kernel_int8_split_kv_attention(
     vs_head_ptr = v_scale_ptr + kv_head_idx * stride_scale_head
 
     # Two loops: tiles that every query row sees whole, without masks, then
+    # the others: with a sliding window the first ones of the window, then
     # the last ones (past the context or partly hidden by the causal mask).
     for masked in tl.static_range(2):
-        lo = full_hi if masked else tile_lo
-        hi = tile_hi if masked else full_hi
-        for j in range(lo, hi):
+        lo, hi = _loop_bounds(
+            tile_lo, full_lo, full_hi, tile_hi, masked, SLIDING_WINDOW > 0
+        )
+        for i in range(lo, hi):
+            j = _loop_tile(i, lo, full_hi, tile_lo, masked, SLIDING_WINDOW > 0)
             K, V, k_scale, v_scale = _load_tile(
                 k_head_ptr,
                 v_head_ptr,
@@ -685,7 +757,16 @@ def kernel_int8_split_kv_attention(
             S = (S_hi * 254.0 + S_lo) * row_qk_scale[:, None] * k_scale[None, :]
             if masked:
                 kv_pos = j * TILE_SIZE + tl.arange(0, TILE_SIZE)
-                S = tl.where(kv_pos[None, :] < kv_limit[:, None], S, float("-inf"))
+                S = tl.where(
+                    _kv_mask(
+                        kv_pos[None, :],
+                        q_pos[:, None],
+                        kv_limit[:, None],
+                        SLIDING_WINDOW,
+                    ),
+                    S,
+                    float("-inf"),
+                )
 
             # The reference moves only when some row's maximum exceeds it by
             # more than RESCALE_THRESHOLD (or a larger V scale arrives), so
@@ -764,7 +845,7 @@ def kernel_int8_split_kv_attention(
 # Verify steps: every query row of a (request, KV head) in one program, with
 # the KV tile on the M axis of both dots (S^T = K Q^T, O^T += V^T P^T), so
 # each K/V tile is read and widened once however many rows share it.
-@triton.jit(do_not_specialize=["num_segments", "block_table_stride"])
+@triton.jit(do_not_specialize=["num_segments", "block_table_stride", "causal"])
 def kernel_int8_split_kv_verify(
     out_ptr,  # [num_tokens, num_query_heads, HEAD_SIZE]
     segm_out_ptr,  # [max_partials, num_query_heads, HEAD_SIZE] float32
@@ -780,6 +861,7 @@ def kernel_int8_split_kv_verify(
     query_start_loc_ptr,  # [num_seqs + 1] int32
     qk_scale,  # softmax scale * log2(e)
     num_segments,  # context segments per (request, KV head)
+    causal,  # 1: query token i sees keys up to its own position; 0: all
     num_query_heads: tl.constexpr,
     q_stride_0: tl.int64,
     q_stride_1: tl.int64,
@@ -801,6 +883,7 @@ def kernel_int8_split_kv_verify(
     WIDEN: tl.constexpr,
     P_LOG2_SCALE: tl.constexpr,  # P and l carry a factor 2**P_LOG2_SCALE
     RESCALE_THRESHOLD: tl.constexpr,
+    SLIDING_WINDOW: tl.constexpr,  # keys per query position (0: all)
 ):
     # The row splits of one (request, KV head) are adjacent program ids, so
     # they run together and share each K/V tile through L2.
@@ -823,8 +906,9 @@ def kernel_int8_split_kv_verify(
     q_head = kv_head_idx * NUM_QUERIES_PER_KV + offs_r % NUM_QUERIES_PER_KV
     row_mask = (offs_r < TOKENS_PER_PROGRAM * NUM_QUERIES_PER_KV) & (q_tok < q_len)
     token_idx = (q_start + q_tok).to(tl.int64)
-    # Causal within the query block: token i sees keys < seq_len - q_len + 1 + i.
-    kv_limit = seq_len - q_len + 1 + q_tok
+    # The query tokens are the request's last q_len positions.
+    q_pos = seq_len - q_len + q_tok
+    kv_limit = tl.where(causal != 0, q_pos + 1, seq_len)
 
     # Q^T : (HEAD_SIZE, BLOCK_R), as int8 in units of s = max|Q| / 127 over
     # all rows of the program: one scale keeps a row vector out of the loop,
@@ -868,8 +952,8 @@ def kernel_int8_split_kv_verify(
     q_hi = tl.load(staging, mask=row_mask[None, :], other=0)
     q_lo = tl.load(staging + HEAD_SIZE, mask=row_mask[None, :], other=0)
 
-    tile_lo, full_hi, tile_hi = _segment_tiles(
-        seq_len, q_len, segm_idx, num_segments, TILE_SIZE
+    tile_lo, full_lo, full_hi, tile_hi = _segment_tiles(
+        seq_len, q_len, segm_idx, num_segments, causal, TILE_SIZE, SLIDING_WINDOW
     )
 
     # m_i: each row's softmax reference (log2 units; a finite sentinel until
@@ -885,9 +969,12 @@ def kernel_int8_split_kv_verify(
     ks_head_ptr = k_scale_ptr + kv_head_idx * stride_scale_head
     vs_head_ptr = v_scale_ptr + kv_head_idx * stride_scale_head
 
+    # As in kernel_int8_split_kv_attention: the tiles every row sees whole,
+    # then the masked ones.
     for masked in tl.static_range(2):
-        lo = full_hi if masked else tile_lo
-        hi = tile_hi if masked else full_hi
+        lo, hi = _loop_bounds(
+            tile_lo, full_lo, full_hi, tile_hi, masked, SLIDING_WINDOW > 0
+        )
         if RUN == TILE_SIZE:
             # Each tile lies in one cache block, whose block-table entry is
             # read one iteration ahead: read in the iteration that uses it,
@@ -897,15 +984,36 @@ def kernel_int8_split_kv_verify(
             # tile that exists.)
             next_block = _tile_block(
                 block_table_row,
-                tl.maximum(tl.minimum(lo, hi - 1), 0),
+                tl.maximum(
+                    _loop_tile(
+                        tl.minimum(lo, hi - 1),
+                        lo,
+                        full_hi,
+                        tile_lo,
+                        masked,
+                        SLIDING_WINDOW > 0,
+                    ),
+                    0,
+                ),
                 TILE_SIZE,
                 BLOCK_SIZE,
             )
-        for j in range(lo, hi):
+        for i in range(lo, hi):
+            j = _loop_tile(i, lo, full_hi, tile_lo, masked, SLIDING_WINDOW > 0)
             if RUN == TILE_SIZE:
                 block = next_block
                 next_block = _tile_block(
-                    block_table_row, tl.minimum(j + 1, hi - 1), TILE_SIZE, BLOCK_SIZE
+                    block_table_row,
+                    _loop_tile(
+                        tl.minimum(i + 1, hi - 1),
+                        lo,
+                        full_hi,
+                        tile_lo,
+                        masked,
+                        SLIDING_WINDOW > 0,
+                    ),
+                    TILE_SIZE,
+                    BLOCK_SIZE,
                 )
             else:
                 block = None
@@ -932,7 +1040,16 @@ def kernel_int8_split_kv_verify(
             S = S * (k_scale * qk_unit)[:, None]
             if masked:
                 kv_pos = j * TILE_SIZE + tl.arange(0, TILE_SIZE)
-                S = tl.where(kv_pos[:, None] < kv_limit[None, :], S, float("-inf"))
+                S = tl.where(
+                    _kv_mask(
+                        kv_pos[:, None],
+                        q_pos[None, :],
+                        kv_limit[None, :],
+                        SLIDING_WINDOW,
+                    ),
+                    S,
+                    float("-inf"),
+                )
 
             # One reduction over the whole tile decides whether the reference
             # moves: some row's maximum exceeds it by more than
@@ -1095,12 +1212,17 @@ def int8_split_kv_attention(
     segm_max: torch.Tensor,
     segm_expsum: torch.Tensor,
     geometry: Int8SplitKVGeometry | None = None,
+    causal: bool = True,
+    sliding_window: int = 0,
 ) -> None:
-    """Causal attention of 1..16 query tokens per request on the INT8 cache.
+    """Attention of 1..16 query tokens per request on the INT8 cache.
 
-    Query token ``i`` of a request with ``q_len`` tokens and ``seq_len``
-    context tokens (the query included) attends to positions
-    ``< seq_len - (q_len - 1 - i)``.  Launches a fixed grid of
+    The query tokens of a request with ``q_len`` tokens and ``seq_len``
+    context tokens (the query included) are its positions ``seq_len - q_len``
+    to ``seq_len - 1``.  The token at position ``p`` attends to positions
+    ``<= p`` (``causal``) or to the whole context, and with a
+    ``sliding_window`` of ``W`` only to positions ``j`` with ``|p - j| < W``
+    (as the unified kernel).  Launches a fixed grid of
     ``(num_kv_heads * row_splits, num_seqs, num_segments)`` programs plus a
     reduce kernel; nothing depends on device values, so it is CUDA-graph
     safe.
@@ -1127,6 +1249,12 @@ def int8_split_kv_attention(
         segm_expsum: ``[max_partials, num_query_heads]`` float32.
         geometry: Overrides :func:`select_int8_split_kv_geometry` (tests and
             tuning); ``num_segments`` must be a power of two.
+        causal: Whether each query token sees only the positions up to its
+            own (the query block of a decode or verify step), or the whole
+            context (the draft block of a non-causal drafter such as
+            DFlash's).
+        sliding_window: Positions each query token sees, counting its own
+            (``vLLM``'s ``sliding_window``); 0 for no window.
     """
     num_tokens, num_query_heads, head_size = q.shape
     if head_size not in SUPPORTED_HEAD_SIZES:
@@ -1140,6 +1268,8 @@ def int8_split_kv_attention(
         )
     if q.stride(2) != 1 or out.stride(2) != 1:
         raise ValueError("q and out must be contiguous in the head dimension")
+    if sliding_window < 0:
+        raise ValueError(f"sliding_window must be >= 0, got {sliding_window}")
     if not 1 <= max_query_len <= MAX_QUERY_LEN:
         raise ValueError(
             f"max_query_len {max_query_len} is outside 1..{MAX_QUERY_LEN}; "
@@ -1231,6 +1361,7 @@ def int8_split_kv_attention(
         TILE_SIZE=tile_size,
         P_LOG2_SCALE=P_LOG2_SCALE,
         RESCALE_THRESHOLD=RESCALE_THRESHOLD,
+        SLIDING_WINDOW=sliding_window,
         num_warps=geometry.num_warps,
     )
     # The Triton kernels' own: their runs, widening and software pipeline.
@@ -1254,6 +1385,7 @@ def int8_split_kv_attention(
         cu_seqlens_q,
         softmax_scale * 1.4426950408889634,  # log2(e): the kernels use exp2
         num_segments,
+        int(causal),
     )
     if geometry.wgmma and not _wgmma_supported():
         geometry = dataclasses.replace(geometry, wgmma=False, swap_ab=True)

@@ -147,7 +147,7 @@ def _issue_tile(
     async_copy.async_copy_global_to_shared(vs_smem.index(stage), vs_head_ptr + s_off)
 
 
-@gluon.jit(do_not_specialize=["num_segments", "block_table_stride"])
+@gluon.jit(do_not_specialize=["num_segments", "block_table_stride", "causal"])
 def kernel_int8_split_kv_verify_wgmma(
     out_ptr,  # [num_tokens, num_query_heads, HEAD_SIZE]
     segm_out_ptr,  # [max_partials, num_query_heads, HEAD_SIZE] float32
@@ -163,6 +163,7 @@ def kernel_int8_split_kv_verify_wgmma(
     query_start_loc_ptr,  # [num_seqs + 1] int32
     qk_scale,  # softmax scale * log2(e)
     num_segments,  # context segments per (request, KV head)
+    causal,  # 1: query token i sees keys up to its own position; 0: all
     num_query_heads: gl.constexpr,
     q_stride_0: gl.int64,
     q_stride_1: gl.int64,
@@ -181,6 +182,7 @@ def kernel_int8_split_kv_verify_wgmma(
     STAGES: gl.constexpr,
     P_LOG2_SCALE: gl.constexpr,  # P and l carry a factor 2**P_LOG2_SCALE
     RESCALE_THRESHOLD: gl.constexpr,
+    SLIDING_WINDOW: gl.constexpr,  # keys per query position (0: all)
 ):
     NUM_WARPS: gl.constexpr = gl.num_warps()
     ROWS: gl.constexpr = 16 * NUM_WARPS
@@ -256,20 +258,33 @@ def kernel_int8_split_kv_verify_wgmma(
     )
     q_lo_smem = gl.allocate_shared_memory(gl.int8, [ROWS, HEAD_SIZE], q_shared, q_lo)
     row_qk_scale = gl.convert_layout(q_scale * (qk_scale / 254.0), row_s)
-    # Causal within the query block: token i sees keys < seq_len - q_len + 1 + i.
-    kv_limit = (
+    # The query tokens are the request's last q_len positions.
+    q_pos = (
         seq_len
         - q_len
-        + 1
         + (row0 + gl.arange(0, ROWS, layout=row_s)) // NUM_QUERIES_PER_KV
     )
 
-    # This segment's tiles; tiles from full_hi on are masked.
+    # This segment's tiles (as _segment_tiles of the Triton kernels): the
+    # segments share the tiles some row sees; tiles outside
+    # [full_lo, full_hi) are masked.
     num_tiles = gl.cdiv(seq_len, TILE_SIZE)
-    tiles_per_segment = gl.cdiv(num_tiles, num_segments)
-    tile_lo = segm_idx * tiles_per_segment
+    first_tile = 0
+    if SLIDING_WINDOW > 0:
+        first_tile = gl.maximum(seq_len - q_len - SLIDING_WINDOW + 1, 0) // TILE_SIZE
+    tiles_per_segment = gl.cdiv(num_tiles - first_tile, num_segments)
+    tile_lo = first_tile + segm_idx * tiles_per_segment
     tile_hi = gl.minimum(tile_lo + tiles_per_segment, num_tiles)
-    full_hi = gl.minimum(tile_hi, (seq_len - q_len + 1) // TILE_SIZE)
+    full_lo = tile_lo
+    if SLIDING_WINDOW > 0:
+        full_lo = gl.cdiv(gl.maximum(seq_len - SLIDING_WINDOW, 0), TILE_SIZE)
+    # Keys every query row sees end at the first query token (causal), at
+    # the context's end, or where the window of the first token ends.
+    seen = gl.where(causal != 0, seq_len - q_len + 1, seq_len)
+    if SLIDING_WINDOW > 0:
+        seen = gl.minimum(seen, seq_len - q_len + SLIDING_WINDOW)
+    full_hi = gl.minimum(tile_hi, seen // TILE_SIZE)
+    kv_limit = gl.where(causal != 0, q_pos + 1, seq_len)
 
     k_smem = gl.allocate_shared_memory(
         gl.int8, [STAGES, TILE_SIZE, HEAD_SIZE], k_shared
@@ -389,7 +404,8 @@ def kernel_int8_split_kv_verify_wgmma(
         v_scale = vs_smem.index(stage).load(col_s)
         s_hi, s_lo = warpgroup_mma_wait(0, deps=[s_hi, s_lo])
         pos = j * TILE_SIZE + t_col
-        if j >= full_hi:
+        masked = (j >= full_hi) | (j < full_lo)
+        if masked:
             # Slots past the context hold whatever the cache holds there
             # (the copies are not masked).
             k_scale = gl.where(pos < seq_len, k_scale, 0.0)
@@ -400,10 +416,13 @@ def kernel_int8_split_kv_verify_wgmma(
             * gl.expand_dims(row_qk_scale, 1)
             * gl.expand_dims(k_scale, 0)
         )
-        if j >= full_hi:
-            S = gl.where(
-                gl.expand_dims(pos, 0) < gl.expand_dims(kv_limit, 1), S, float("-inf")
-            )
+        if masked:
+            kv_pos = gl.expand_dims(pos, 0)
+            visible = kv_pos < gl.expand_dims(kv_limit, 1)
+            if SLIDING_WINDOW > 0:
+                distance = gl.expand_dims(q_pos, 1) - kv_pos
+                visible &= (distance < SLIDING_WINDOW) & (-distance < SLIDING_WINDOW)
+            S = gl.where(visible, S, float("-inf"))
 
         tile_max = gl.max(S, axis=1)
         new_v_ref = gl.maximum(gl.max(v_scale, axis=0), v_ref)
