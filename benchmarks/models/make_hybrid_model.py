@@ -16,6 +16,9 @@ Presets:
 - ``27b-geometry``: hidden size 5,120 and the attention/GDN shapes of
   Qwen3.5-27B (GDN 16 key / 48 value heads of dimension 128, conv kernel 4),
   but only 20 layers, for speed measurements.
+- ``27b-geometry-full-drafter``: ``27b-geometry`` whose DFlash drafter has
+  full-attention layers, which vLLM runs non-causally (the draft block sees
+  all of itself), like z-lab's standard DFlash drafters.
 - ``qwen3.5-27b``: the whole Qwen3.5-27B text stack, as its published
   ``config.json`` has it and as ``benchmarks/kv_cache_capacity.py``'s preset
   of the same name describes it: 64 layers (16 full attention, every 4th; 48
@@ -33,9 +36,9 @@ With ``--config-only`` no weights are written, only ``config.json`` and
 ones, not this script's, so only speed and memory mean anything.
 
 With ``--drafter`` a matching DFlash drafter (5 causal sliding-window layers,
-window 2,048) is written to ``<out>-dflash`` (or ``--drafter-out``).  It
-shares the target's embedding and output head, like published DFlash
-drafters, so it ships neither.
+window 2,048, except ``27b-geometry-full-drafter``'s) is written to
+``<out>-dflash`` (or ``--drafter-out``).  It shares the target's embedding
+and output head, like published DFlash drafters, so it ships neither.
 
 The output is a pure function of the arguments: each tensor is drawn from its
 own generator seeded by ``(seed, tensor name)``, so the same command writes
@@ -108,7 +111,9 @@ class DrafterShape:
     num_attention_heads: int
     num_key_value_heads: int
     head_dim: int
-    sliding_window: int = 2048
+    # None: full-attention layers, which vLLM runs non-causally (the draft
+    # block sees itself whole), as in z-lab's Qwen3.5 DFlash drafters.
+    sliding_window: int | None = 2048
     block_size: int = 16
 
 
@@ -156,6 +161,12 @@ PRESETS: dict[str, tuple[TargetShape, DrafterShape]] = {
         _QWEN35_27B_DFLASH,
     ),
     "qwen3.5-27b": (_QWEN35_27B, _QWEN35_27B_DFLASH),
+    # 27b-geometry with a drafter of full, non-causal attention layers (the
+    # attention of z-lab's standard DFlash drafters).
+    "27b-geometry-full-drafter": (
+        dataclasses.replace(_QWEN35_27B, num_hidden_layers=20),
+        dataclasses.replace(_QWEN35_27B_DFLASH, sliding_window=None),
+    ),
 }
 
 # Cap on the bytes of one safetensors shard, so that the 27B-geometry model
@@ -294,9 +305,13 @@ def drafter_config(target: TargetShape, drafter: DrafterShape) -> dict:
         "rope_theta": 10_000_000,
         # All layers sliding: vLLM treats sliding DFlash layers as causal,
         # which every backend (TRITON_ATTN with an INT8 cache included) runs.
-        "layer_types": ["sliding_attention"] * drafter.num_hidden_layers,
+        # Without a window, all full attention (non-causal in vLLM).
+        "layer_types": [
+            "full_attention" if drafter.sliding_window is None else "sliding_attention"
+        ]
+        * drafter.num_hidden_layers,
         "sliding_window": drafter.sliding_window,
-        "use_sliding_window": True,
+        "use_sliding_window": drafter.sliding_window is not None,
         "block_size": drafter.block_size,
         "target_hidden_size": target.hidden_size,
         "dflash_config": {
