@@ -29,7 +29,6 @@ import torch
 from vllm.logger import init_logger
 from vllm.triton_utils import tl, triton
 from vllm.v1.attention.ops.merge_attn_states import merge_attn_states
-from vllm.v1.attention.ops.triton_int8_split_kv_attention import MAX_QUERY_LEN
 
 logger = init_logger(__name__)
 
@@ -37,11 +36,6 @@ logger = init_logger(__name__)
 DEFAULT_SECTION_TOKENS = 32 * 1024
 # 2K query rows x 24 heads x 256 x bf16 = 24 MiB of partial output.
 DEFAULT_QUERY_TILE_TOKENS = 2 * 1024
-# Requests with at most this many query tokens (decode, spec-decode verify)
-# go to the decode path (the split-KV kernel's limit); longer ones to the
-# sectioned prefill path.
-INT8_PTH_DECODE_QUERY_LEN = MAX_QUERY_LEN
-
 # (q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
 #  causal, softmax_scale) -> lse [num_heads, num_q_tokens] (float32).
 # Writes the attention output into ``out``; one sequence per call.  Causal
@@ -62,43 +56,6 @@ SectionAttnFn = Callable[
     ],
     torch.Tensor,
 ]
-
-
-def make_flash_attn_section_fn(fa_version: int | None) -> SectionAttnFn:
-    """Return a :data:`SectionAttnFn` backed by FlashAttention varlen."""
-    from vllm.v1.attention.backends.fa_utils import flash_attn_varlen_func
-
-    fa_kwargs = {} if fa_version is None else {"fa_version": fa_version}
-
-    def attn(
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        out: torch.Tensor,
-        cu_seqlens_q: torch.Tensor,
-        cu_seqlens_k: torch.Tensor,
-        max_seqlen_q: int,
-        max_seqlen_k: int,
-        causal: bool,
-        softmax_scale: float,
-    ) -> torch.Tensor:
-        _, lse = flash_attn_varlen_func(
-            q=q,
-            k=k,
-            v=v,
-            out=out,
-            cu_seqlens_q=cu_seqlens_q,
-            max_seqlen_q=max_seqlen_q,
-            cu_seqlens_k=cu_seqlens_k,
-            max_seqlen_k=max_seqlen_k,
-            softmax_scale=softmax_scale,
-            causal=causal,
-            return_softmax_lse=True,
-            **fa_kwargs,
-        )
-        return lse
-
-    return attn
 
 
 @dataclass
