@@ -182,12 +182,7 @@ def test_kernel_selection():
         select(128, **{**plain, "kv_sharing": True}).prefill
         == Int8PrefillKernel.UNIFIED
     )
-    # Verify rows longer than the split-KV kernel takes, or fp32 models.
-    spec = SimpleNamespace(num_speculative_tokens=16, parallel_drafting=False)
-    cfg = SimpleNamespace(model_config=None, speculative_config=spec)
-    assert (
-        select(128, **{**plain, "vllm_config": cfg}).decode == Int8DecodeKernel.UNIFIED
-    )
+    # fp32 models.
     cfg = SimpleNamespace(
         model_config=SimpleNamespace(dtype=torch.float32), speculative_config=None
     )
@@ -447,6 +442,26 @@ def test_warmup_runs_every_decode_length_and_a_mixed_step(
     # row, per layer; one sectioned prefill per layer.
     assert kernel_calls == {"split_kv": 2 * 5, "sectioned_prefill": 2}
     assert read_caches == {kv_cache.untyped_storage().data_ptr()}
+
+
+def test_verify_rows_beyond_the_split_kv_limit(workspace_manager, kernel_calls):
+    """With 16 drafts the builder's threshold is 17, so 17-token verify rows
+    are decode rows; the split-KV kernel takes at most 16 query tokens, so
+    that step runs on the unified kernel, and a step of shorter rows still
+    on the split-KV kernel."""
+    builder, _, _ = make_builder(
+        KVQuantMode.INT8_PER_TOKEN_HEAD, num_speculative_tokens=16
+    )
+    assert builder.reorder_batch_threshold == 17
+    impl = make_int8_impl()
+    for reqs, path in (([(40, 17), (17, 6)], "unified"), ([(40, 16)], "split_kv")):
+        kernel_calls.clear()
+        kv_cache, _, _, _, query, key, value, cam = make_step(impl, reqs)
+        meta = builder.build(0, cam)
+        assert meta.decode is not None and meta.prefill is None
+        output = torch.full_like(query, float("nan"))
+        impl.forward(None, query, key, value, kv_cache, meta, output)
+        assert kernel_calls == {path: 1}, reqs
 
 
 def test_drafter_layers_with_their_own_head_size(workspace_manager, kernel_calls):
