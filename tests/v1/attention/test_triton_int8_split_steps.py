@@ -444,6 +444,41 @@ def test_warmup_runs_every_decode_length_and_a_mixed_step(
     assert read_caches == {kv_cache.untyped_storage().data_ptr()}
 
 
+def test_decode_geometry_planned_once_per_step(
+    workspace_manager, kernel_calls, monkeypatch
+):
+    """The builder plans the split-KV launch geometry of a step's decode
+    part once (from host integers, as the selector would per call) and every
+    layer launches with it: the launcher's own selection is never reached."""
+    from vllm.v1.attention.ops import triton_int8_split_kv_attention as split_kv
+
+    torch.manual_seed(0)
+    reqs = STEPS["mixed"]
+    builder, _, _ = make_builder(KVQuantMode.INT8_PER_TOKEN_HEAD)
+    impl = make_int8_impl()
+    kv_cache, _, _, _, query, key, value, cam = make_step(impl, reqs)
+    meta = builder.build(0, cam)
+    decode = meta.decode
+    assert decode.int8_geometry == split_kv.select_int8_split_kv_geometry(
+        max(q for _, q in reqs[:3]),
+        max(c + q for c, q in reqs),
+        3,
+        sum(q for _, q in reqs[:3]),
+        split_kv.MAX_PARTIALS,
+        num_queries_per_kv=NUM_HEADS // NUM_KV_HEADS,
+        num_kv_heads=NUM_KV_HEADS,
+    )
+
+    def replanned(*args, **kwargs):
+        raise AssertionError("the launcher re-planned the geometry")
+
+    monkeypatch.setattr(split_kv, "select_int8_split_kv_geometry", replanned)
+    output = torch.full_like(query, float("nan"))
+    impl.forward(None, query, key, value, kv_cache, meta, output)
+    assert kernel_calls == {"split_kv": 1, "sectioned_prefill": 1}
+    assert torch.isfinite(output).all()
+
+
 def test_verify_rows_beyond_the_split_kv_limit(workspace_manager, kernel_calls):
     """With 16 drafts the builder's threshold is 17, so 17-token verify rows
     are decode rows; the split-KV kernel takes at most 16 query tokens, so
