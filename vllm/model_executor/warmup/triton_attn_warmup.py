@@ -18,7 +18,6 @@ import torch
 
 from vllm.logger import init_logger
 from vllm.v1.attention.backend import CommonAttentionMetadata
-from vllm.v1.kv_cache_interface import AttentionSpec, KVQuantMode
 
 if TYPE_CHECKING:
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
@@ -122,11 +121,9 @@ def triton_int8_per_token_head_warmup(runner: "GPUModelRunner") -> None:
     with torch.inference_mode():
         for groups in runner.attn_groups:
             for group in groups:
-                spec = group.kv_cache_spec
-                if (
-                    issubclass(group.backend, TritonAttentionBackend)
-                    and isinstance(spec, AttentionSpec)
-                    and spec.kv_quant_mode == KVQuantMode.INT8_PER_TOKEN_HEAD
+                # The builder decides which groups split their steps.
+                if issubclass(group.backend, TritonAttentionBackend) and (
+                    group.get_metadata_builder().split_int8_steps
                 ):
                     num_layers += _warm_up_group(runner, group, forward_context)
     if num_layers:
