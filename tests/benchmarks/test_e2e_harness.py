@@ -8,7 +8,9 @@ documents, the quality metrics, the refusal to continue when the code under
 test or the scripts change mid-run, and the first-divergence report.
 """
 
+import json
 import math
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -555,3 +557,42 @@ def test_merge_keeps_other_runs_of_the_same_configuration(tmp_path):
     assert serve_bench.previous_runs(str(path), report) == {"none": {"single": {}}}
     with pytest.raises(SystemExit, match="load_format"):
         serve_bench.previous_runs(str(path), {**report, "load_format": "auto"})
+
+
+def test_host_time_times_each_path_without_a_gpu(tmp_path):
+    """host_time.py runs the backend's Python with the kernels replaced by
+    no-ops: INT8 decode and verify steps reach the split-KV kernels (and the
+    mixed step's prefill the unified one), BF16 steps the unified kernel,
+    and every step reports a positive host time."""
+    import subprocess
+
+    out = tmp_path / "host_time.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "benchmarks" / "e2e" / "host_time.py"),
+            "--layers=2",
+            "--batch=2",
+            "--steps=3",
+            "--warmup=1",
+            f"--output={out}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads(out.read_text())["results"]
+    # 4 steps (warm-up included) x 3 step kinds x 2 layers.
+    int8 = results["int8"]["launches_stubbed"]
+    assert int8["kernel_int8_split_kv_attention"] == 4 * 2  # decode
+    assert int8["kernel_int8_split_kv_verify"] == 4 * 2  # verify-6
+    assert int8["kernel_unified_attention"] == 4 * 2  # mixed (no FA here)
+    assert set(results["bf16"]["launches_stubbed"]) == {
+        "kernel_unified_attention",
+        "reduce_segments",
+    }
+    for kv in ("int8", "bf16"):
+        for step in ("decode", "verify-6", "mixed"):
+            assert results[kv][step]["step_us"] > 0

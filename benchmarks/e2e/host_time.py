@@ -1,0 +1,245 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""Host time of the Triton backend per step: the metadata build plus the
+per-layer Python of ``forward``, INT8 per-token-head against BF16.
+
+For each KV configuration it builds one ``TritonAttentionMetadataBuilder``
+and ``--layers`` ``TritonAttentionImpl`` layers at the Qwen3.5-27B attention
+shape (24 query / 4 KV heads x 256, 16-token blocks), then times, per step,
+``builder.build()`` and every layer's ``forward()`` for a decode step, a
+verify step (``--verify`` tokens per request) and a mixed step (the decode
+rows plus one prefill chunk over cached context).
+
+By default the attention kernels are replaced by no-ops (their Python
+launchers still run), so the figures are the backend's own Python (what a
+step costs the host in eager and piecewise-graph mode, and what a
+host-bound small model waits for); no GPU is needed.  ``--launch``
+(CUDA) runs the real kernels and times the host side of each step without
+waiting for the GPU between the calls.  With FULL CUDA graphs decode steps
+replay without any of this Python.
+
+    .venv/bin/python benchmarks/e2e/host_time.py --layers 16 --batch 8
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from types import SimpleNamespace
+
+import torch
+
+NUM_HEADS, NUM_KV_HEADS, HEAD_SIZE, BLOCK_SIZE = 24, 4, 256, 16
+KV_DTYPES = {"int8": "int8_per_token_head", "bf16": "auto"}
+
+
+def _vllm_config(max_num_seqs: int) -> SimpleNamespace:
+    """The parts of a VllmConfig the builder and the layer read."""
+    from vllm.config import CUDAGraphMode
+
+    return SimpleNamespace(
+        model_config=SimpleNamespace(
+            get_num_attention_heads=lambda parallel_config: NUM_HEADS,
+            get_num_kv_heads=lambda parallel_config: NUM_KV_HEADS,
+            get_head_size=lambda: HEAD_SIZE,
+            rswa_window=None,
+            dtype=torch.bfloat16,
+        ),
+        parallel_config=SimpleNamespace(decode_context_parallel_size=1),
+        compilation_config=SimpleNamespace(
+            cudagraph_mode=CUDAGraphMode.NONE,
+            cudagraph_capture_sizes=[],
+            static_forward_context={},
+        ),
+        speculative_config=None,
+        scheduler_config=SimpleNamespace(max_num_seqs=max_num_seqs),
+        cache_config=SimpleNamespace(cache_dtype="auto"),
+    )
+
+
+def _step_metadata(query_lens, context_lens, device):
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    seq_lens = [q + c for q, c in zip(query_lens, context_lens)]
+    qsl = torch.tensor([0, *query_lens]).cumsum(0).to(torch.int32)
+    seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int32)
+    num_tokens = sum(query_lens)
+    max_blocks = -(-max(seq_lens) // BLOCK_SIZE)
+    return CommonAttentionMetadata(
+        query_start_loc=qsl.to(device),
+        query_start_loc_cpu=qsl,
+        seq_lens=seq_lens_cpu.to(device),
+        seq_lens_cpu_upper_bound=seq_lens_cpu,
+        num_reqs=len(query_lens),
+        num_actual_tokens=num_tokens,
+        max_query_len=max(query_lens),
+        max_seq_len=max(seq_lens),
+        block_table_tensor=torch.zeros(
+            (len(query_lens), max_blocks), dtype=torch.int32, device=device
+        ),
+        slot_mapping=torch.zeros(num_tokens, dtype=torch.int64, device=device),
+        causal=True,
+    )
+
+
+def measure(kv: str, args: argparse.Namespace) -> dict:
+    from vllm.v1.attention.backends import triton_attn
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVQuantMode
+    from vllm.v1.worker import workspace
+
+    device = torch.device("cuda" if args.launch else "cpu")
+    calls: dict[str, int] = {}
+    if not args.launch:
+        # The kernels themselves, so that the launchers' Python (argument
+        # checks, geometry, strides) is timed with the backend's.
+        from vllm.v1.attention.ops import (
+            triton_int8_split_kv_attention,
+            triton_unified_attention,
+        )
+
+        class NoLaunch:
+            def __init__(self, name):
+                self.name = name
+
+            def __getitem__(self, grid):
+                def launch(*a, **kw):
+                    calls[self.name] = calls.get(self.name, 0) + 1
+
+                return launch
+
+        for module, names in (
+            (triton_unified_attention, ("kernel_unified_attention", "reduce_segments")),
+            (
+                triton_int8_split_kv_attention,
+                (
+                    "kernel_int8_split_kv_attention",
+                    "kernel_int8_split_kv_verify",
+                    "kernel_int8_split_kv_verify_wgmma",
+                    "kernel_int8_split_kv_reduce",
+                ),
+            ),
+        ):
+            for name in names:
+                setattr(module, name, NoLaunch(name))
+    workspace.init_workspace_manager(device)
+    try:
+        quant = KVQuantMode.INT8_PER_TOKEN_HEAD if kv == "int8" else KVQuantMode.NONE
+        spec = FullAttentionSpec(
+            block_size=BLOCK_SIZE,
+            num_kv_heads=NUM_KV_HEADS,
+            head_size=HEAD_SIZE,
+            dtype=torch.bfloat16,
+            kv_quant_mode=quant,
+        )
+        builder = triton_attn.TritonAttentionMetadataBuilder(
+            spec, [], _vllm_config(max(args.batch + 1, 16)), device
+        )
+        impls = [
+            triton_attn.TritonAttentionImpl(
+                NUM_HEADS,
+                HEAD_SIZE,
+                HEAD_SIZE**-0.5,
+                NUM_KV_HEADS,
+                None,
+                None,
+                KV_DTYPES[kv],
+            )
+            for _ in range(args.layers)
+        ]
+        shape = triton_attn.TritonAttentionBackend.get_kv_cache_shape(
+            args.num_blocks, BLOCK_SIZE, NUM_KV_HEADS, HEAD_SIZE, KV_DTYPES[kv]
+        )
+        cache_dtype = torch.int8 if kv == "int8" else torch.bfloat16
+        kv_cache = torch.zeros(shape, dtype=cache_dtype, device=device)
+        layer = SimpleNamespace(
+            _q_scale=torch.ones(1, device=device),
+            _k_scale=torch.ones(1, device=device),
+            _v_scale=torch.ones(1, device=device),
+        )
+        steps = {
+            "decode": ([1] * args.batch, [args.context] * args.batch),
+            f"verify-{args.verify}": (
+                [args.verify] * args.batch,
+                [args.context] * args.batch,
+            ),
+            "mixed": (
+                [1] * args.batch + [args.chunk],
+                [args.context] * (args.batch + 1),
+            ),
+        }
+        result = {}
+        for step, (query_lens, context_lens) in steps.items():
+            cam = _step_metadata(query_lens, context_lens, device)
+            n = cam.num_actual_tokens
+            query = torch.zeros(n, NUM_HEADS, HEAD_SIZE, dtype=torch.bfloat16)
+            query = query.to(device)
+            key = torch.zeros(n, NUM_KV_HEADS, HEAD_SIZE, dtype=torch.bfloat16)
+            key = key.to(device)
+            output = torch.empty_like(query)
+            build_s, forward_s = [], []
+            for i in range(args.warmup + args.steps):
+                if args.launch:
+                    torch.accelerator.synchronize()
+                t0 = time.perf_counter()
+                meta = builder.build(0, cam)
+                t1 = time.perf_counter()
+                for impl in impls:
+                    impl.forward(layer, query, key, key, kv_cache, meta, output)
+                t2 = time.perf_counter()
+                if i >= args.warmup:
+                    build_s.append(t1 - t0)
+                    forward_s.append(t2 - t1)
+            build_us = 1e6 * statistics.median(build_s)
+            forward_us = 1e6 * statistics.median(forward_s)
+            result[step] = {
+                "build_us": round(build_us, 1),
+                "forward_us_per_layer": round(forward_us / args.layers, 1),
+                "step_us": round(build_us + forward_us, 1),
+            }
+        result["launches_stubbed"] = calls
+        return result
+    finally:
+        workspace.reset_workspace_manager()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    p.add_argument("--kv", nargs="+", default=["bf16", "int8"], choices=KV_DTYPES)
+    p.add_argument("--layers", type=int, default=16)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--context", type=int, default=4096)
+    p.add_argument("--verify", type=int, default=6)
+    p.add_argument("--chunk", type=int, default=512)
+    p.add_argument("--num-blocks", type=int, default=64)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--launch", action="store_true", help="run the kernels (CUDA)")
+    p.add_argument("--output", help="write the results as JSON here")
+    args = p.parse_args(argv)
+    if args.launch and not torch.cuda.is_available():
+        p.error("--launch needs a CUDA device")
+    results = {kv: measure(kv, args) for kv in args.kv}
+    report = {"args": vars(args), "results": results}
+    if args.output:
+        with open(args.output, "w") as f:
+            json.dump(report, f, indent=1)
+    steps = [k for k in results[args.kv[0]] if k != "launches_stubbed"]
+    print(f"{'step':<12}" + "".join(f"{kv + ' us':>14}" for kv in args.kv), end="")
+    print("   (builder + forward of all layers, median)")
+    for step in steps:
+        row = "".join(f"{results[kv][step]['step_us']:>14.1f}" for kv in args.kv)
+        print(f"{step:<12}{row}")
+    if "bf16" in results and "int8" in results:
+        for step in steps:
+            ratio = results["int8"][step]["step_us"] / results["bf16"][step]["step_us"]
+            print(f"int8 / bf16 {step}: {ratio:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
