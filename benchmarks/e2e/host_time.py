@@ -58,32 +58,8 @@ def _vllm_config(max_num_seqs: int) -> SimpleNamespace:
     )
 
 
-def _step_metadata(query_lens, context_lens, device):
-    from vllm.v1.attention.backend import CommonAttentionMetadata
-
-    seq_lens = [q + c for q, c in zip(query_lens, context_lens)]
-    qsl = torch.tensor([0, *query_lens]).cumsum(0).to(torch.int32)
-    seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int32)
-    num_tokens = sum(query_lens)
-    max_blocks = -(-max(seq_lens) // BLOCK_SIZE)
-    return CommonAttentionMetadata(
-        query_start_loc=qsl.to(device),
-        query_start_loc_cpu=qsl,
-        seq_lens=seq_lens_cpu.to(device),
-        seq_lens_cpu_upper_bound=seq_lens_cpu,
-        num_reqs=len(query_lens),
-        num_actual_tokens=num_tokens,
-        max_query_len=max(query_lens),
-        max_seq_len=max(seq_lens),
-        block_table_tensor=torch.zeros(
-            (len(query_lens), max_blocks), dtype=torch.int32, device=device
-        ),
-        slot_mapping=torch.zeros(num_tokens, dtype=torch.int64, device=device),
-        causal=True,
-    )
-
-
 def measure(kv: str, args: argparse.Namespace) -> dict:
+    from vllm.model_executor.warmup.triton_attn_warmup import _warmup_batch
     from vllm.v1.attention.backends import triton_attn
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVQuantMode
     from vllm.v1.worker import workspace
@@ -170,7 +146,8 @@ def measure(kv: str, args: argparse.Namespace) -> dict:
         }
         result = {}
         for step, (query_lens, context_lens) in steps.items():
-            cam = _step_metadata(query_lens, context_lens, device)
+            # The warm-up's batches: block tables at block 0, read only.
+            cam = _warmup_batch(query_lens, context_lens, BLOCK_SIZE, device)
             n = cam.num_actual_tokens
             query = torch.zeros(n, NUM_HEADS, HEAD_SIZE, dtype=torch.bfloat16)
             query = query.to(device)

@@ -221,6 +221,31 @@ VERIFY_GEOMETRIES = [
 ]
 
 
+def _random_ragged_batch(
+    num_query_heads, num_kv_heads, head_size, query_lens, kv_lens, num_blocks
+):
+    """A planar cache holding per-token INT8 quantised random K/V, random
+    queries, and distinct blocks per request in random order.  Returns
+    ``(query, cu_query_lens, block_tables, views, halves)`` with ``views``
+    the cache's planar views and ``halves`` each of K and V as (the values
+    it was quantised from, its dequantised values)."""
+    kv_cache = make_kv_cache_tensor(num_blocks, num_kv_heads, head_size)
+    views = int8_per_token_head_planar_views(kv_cache, head_size)
+    halves = []
+    for data_view, scale_view in ((views[0], views[2]), (views[1], views[3])):
+        x = torch.randn(num_blocks, BLOCK_SIZE, num_kv_heads, head_size)
+        data, scale = _quantize_int8_per_token_head(x)
+        data_view.copy_(data)
+        scale_view.copy_(scale)
+        halves.append((x, data.float() * scale[..., None]))
+    query = torch.randn(sum(query_lens), num_query_heads, head_size, dtype=DTYPE)
+    cu_query_lens = torch.tensor([0] + query_lens).cumsum(0, dtype=torch.int32)
+    block_tables = torch.randperm(num_blocks, dtype=torch.int32)[
+        : len(kv_lens) * 64
+    ].view(len(kv_lens), 64)
+    return query, cu_query_lens, block_tables, views, halves
+
+
 @pytest.mark.parametrize("geometry", VERIFY_GEOMETRIES)
 @pytest.mark.parametrize(("num_heads", "head_size"), VERIFY_SHAPES)
 @torch.inference_mode()
@@ -236,21 +261,9 @@ def test_int8_split_kv_verify(num_heads, head_size, geometry):
     query_lens = [16, 1, 5, 9]
     kv_lens = [77, 18, 300, 1001] if FULL else [77, 18, 150, 45]
     num_blocks = 256
-    kv_cache = make_kv_cache_tensor(num_blocks, num_kv_heads, head_size)
-    views = int8_per_token_head_planar_views(kv_cache, head_size)
-    exact = []
-    for data_view, scale_view in ((views[0], views[2]), (views[1], views[3])):
-        x = torch.randn(num_blocks, BLOCK_SIZE, num_kv_heads, head_size)
-        data, scale = _quantize_int8_per_token_head(x)
-        data_view.copy_(data)
-        scale_view.copy_(scale)
-        exact.append((x, data.float() * scale[..., None]))
-    query = torch.randn(sum(query_lens), num_query_heads, head_size, dtype=DTYPE)
-    cu_query_lens = torch.tensor([0] + query_lens).cumsum(0, dtype=torch.int32)
-    # Distinct blocks per request, in random order.
-    block_tables = torch.randperm(num_blocks, dtype=torch.int32)[
-        : len(kv_lens) * 64
-    ].view(len(kv_lens), 64)
+    query, cu_query_lens, block_tables, views, exact = _random_ragged_batch(
+        num_query_heads, num_kv_heads, head_size, query_lens, kv_lens, num_blocks
+    )
     output = _split_kv(
         query,
         views[:4],
@@ -331,20 +344,10 @@ def test_int8_split_kv_window_and_non_causal(geometry, causal, window):
     query_lens = [16, 1, 5, 9] if geometry.block_m > 16 else [1, 1, 2, 1]
     kv_lens = [77, 18, 300, 1001] if FULL else [77, 18, 150, 45]
     num_blocks = 256
-    kv_cache = make_kv_cache_tensor(num_blocks, num_kv_heads, head_size)
-    views = int8_per_token_head_planar_views(kv_cache, head_size)
-    dequantised = []
-    for data_view, scale_view in ((views[0], views[2]), (views[1], views[3])):
-        x = torch.randn(num_blocks, BLOCK_SIZE, num_kv_heads, head_size)
-        data, scale = _quantize_int8_per_token_head(x)
-        data_view.copy_(data)
-        scale_view.copy_(scale)
-        dequantised.append(data.float() * scale[..., None])
-    query = torch.randn(sum(query_lens), num_query_heads, head_size, dtype=DTYPE)
-    cu_query_lens = torch.tensor([0] + query_lens).cumsum(0, dtype=torch.int32)
-    block_tables = torch.randperm(num_blocks, dtype=torch.int32)[
-        : len(kv_lens) * 64
-    ].view(len(kv_lens), 64)
+    query, cu_query_lens, block_tables, views, halves = _random_ragged_batch(
+        num_query_heads, num_kv_heads, head_size, query_lens, kv_lens, num_blocks
+    )
+    dequantised = [deq for _, deq in halves]
     output = _split_kv(
         query,
         views[:4],
@@ -639,6 +642,22 @@ def test_int8_split_kv_geometry_table(capability_major):
             assert entry.wgmma == (rows > 32)
         else:
             assert not entry.wgmma
+
+
+def test_int8_split_kv_geometry_splits_the_window():
+    """A sliding-window layer's rows see at most window + q - 1 keys of a
+    long context: the selector keeps a few tiles per segment of those (the
+    rule for short contexts), not of the whole context; the rest of the
+    geometry is the same."""
+    kw = dict(num_queries_per_kv=6, num_kv_heads=4, capability_major=9, num_sms=132)
+    for q in (1, 6):
+        full = select_int8_split_kv_geometry(q, 131072, 1, q, MAX_PARTIALS, **kw)
+        windowed = select_int8_split_kv_geometry(
+            q, 131072, 1, q, MAX_PARTIALS, sliding_window=2048, **kw
+        )
+        assert windowed.num_segments * windowed.tile_size * 4 <= 2048 + q - 1
+        assert windowed.num_segments < full.num_segments
+        assert dataclasses.replace(windowed, num_segments=full.num_segments) == full
 
 
 def test_int8_split_kv_geometry_scales_with_the_sm_count():

@@ -38,7 +38,11 @@ from vllm.v1.attention.backends.triton_attn import (
 from vllm.v1.attention.ops.triton_int8_sectioned_prefill import (
     sectioned_prefill_workspace_shapes,
 )
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVQuantMode
+from vllm.v1.kv_cache_interface import (
+    FullAttentionSpec,
+    KVQuantMode,
+    SlidingWindowSpec,
+)
 from vllm.v1.worker import workspace
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_SIZE = 6, 2, 64
@@ -235,6 +239,25 @@ STEPS = {
 }
 
 
+def sdpa_reference(query, keys, values, causal):
+    """fp32 SDPA of one request's query rows over its keys (the queries are
+    the last of them), as the sectioned prefill's tests compute it."""
+    ref = torch.empty(query.shape[0], NUM_HEADS, HEAD_SIZE, device=DEVICE)
+    sdpa_section_attn(
+        query,
+        keys,
+        values,
+        ref,
+        torch.tensor([0, query.shape[0]]),
+        torch.tensor([0, keys.shape[0]]),
+        query.shape[0],
+        keys.shape[0],
+        causal,
+        HEAD_SIZE**-0.5,
+    )
+    return ref
+
+
 def make_step(impl, reqs, causal=True):
     """An INT8 cache holding each request's context (written by ``impl``),
     and the step's query, new K/V and common metadata.
@@ -283,7 +306,6 @@ def test_mixed_step(step, decode_kernel, workspace_manager, kernel_calls):
     workspace_manager.lock()
     builder.int8_prefill_section_tokens = 32
     builder.int8_prefill_query_tile_tokens = 16
-    scale = HEAD_SIZE**-0.5
     impl = make_int8_impl(decode_kernel)
 
     seq_lens = [c + q for c, q in reqs]
@@ -368,19 +390,7 @@ def test_mixed_step(step, decode_kernel, workspace_manager, kernel_calls):
         ctx_k, ctx_v = torch_dequant(kv_cache, block_table[i], pos, HEAD_SIZE)
         ref_k = torch.cat([ctx_k.bfloat16(), keys[i][cached:seq_len]])
         ref_v = torch.cat([ctx_v.bfloat16(), values[i][cached:seq_len]])
-        ref = torch.empty(query_len, NUM_HEADS, HEAD_SIZE, device=DEVICE)
-        sdpa_section_attn(
-            query[q0 : q0 + query_len],
-            ref_k,
-            ref_v,
-            ref,
-            torch.tensor([0, query_len]),
-            torch.tensor([0, seq_len]),
-            query_len,
-            seq_len,
-            True,
-            scale,
-        )
+        ref = sdpa_reference(query[q0 : q0 + query_len], ref_k, ref_v, causal=True)
         torch.testing.assert_close(
             output[q0 : q0 + query_len].float(), ref, atol=2e-2, rtol=2e-2
         )
@@ -419,6 +429,58 @@ def test_decode_geometry_planned_once_per_step(
     impl.forward(None, query, key, value, kv_cache, meta, output)
     assert kernel_calls == {"split_kv": 1, "sectioned_prefill": 1}
     assert torch.isfinite(output).all()
+
+
+def test_sliding_window_group_plans_for_its_window():
+    """A sliding-window group's decode rows see at most window + q - 1 keys
+    of a 128K context: the planned geometry splits those into segments (a
+    few tiles each), where a full-attention group splits the context."""
+    from vllm.v1.attention.ops import triton_int8_split_kv_attention as split_kv
+
+    _, _, cfg = make_builder(KVQuantMode.INT8_PER_TOKEN_HEAD)
+    query_lens, seq_lens = [6, 6], [131072, 100000]
+    qsl = torch.tensor([0, *query_lens]).cumsum(0).to(torch.int32)
+    seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int32)
+    cam = CommonAttentionMetadata(
+        query_start_loc=qsl.to(DEVICE),
+        query_start_loc_cpu=qsl,
+        seq_lens=seq_lens_cpu.to(DEVICE),
+        seq_lens_cpu_upper_bound=seq_lens_cpu,
+        num_reqs=2,
+        num_actual_tokens=12,
+        max_query_len=6,
+        max_seq_len=131072,
+        block_table_tensor=torch.zeros(2, 8192, dtype=torch.int32, device=DEVICE),
+        slot_mapping=torch.zeros(12, dtype=torch.int64, device=DEVICE),
+        causal=True,
+    )
+    spec = dict(
+        block_size=BLOCK_SIZE,
+        num_kv_heads=NUM_KV_HEADS,
+        head_size=HEAD_SIZE,
+        dtype=torch.bfloat16,
+        kv_quant_mode=KVQuantMode.INT8_PER_TOKEN_HEAD,
+    )
+    geometries = {}
+    for name, kv_spec in (
+        ("full", FullAttentionSpec(**spec)),
+        ("window", SlidingWindowSpec(**spec, sliding_window=2048)),
+    ):
+        builder = TritonAttentionMetadataBuilder(kv_spec, [], cfg, torch.device(DEVICE))
+        geometries[name] = builder.build(0, cam).decode.int8_geometry
+    window = geometries["window"]
+    assert window.num_segments * window.tile_size * 4 <= 2048 + 6 - 1
+    assert window.num_segments < geometries["full"].num_segments
+    assert window == split_kv.select_int8_split_kv_geometry(
+        6,
+        131072,
+        2,
+        12,
+        split_kv.MAX_PARTIALS,
+        num_queries_per_kv=NUM_HEADS // NUM_KV_HEADS,
+        num_kv_heads=NUM_KV_HEADS,
+        sliding_window=2048,
+    )
 
 
 def test_verify_rows_beyond_the_split_kv_limit(workspace_manager, kernel_calls):
@@ -482,18 +544,8 @@ def test_non_causal_decode_step(workspace_manager, kernel_calls):
         seq_len = context_len + query_len
         pos = torch.arange(seq_len, device=DEVICE)
         ctx_k, ctx_v = torch_dequant(kv_cache, block_table[i], pos, HEAD_SIZE)
-        ref = torch.empty(query_len, NUM_HEADS, HEAD_SIZE, device=DEVICE)
-        sdpa_section_attn(
-            query[q0 : q0 + query_len],
-            ctx_k.bfloat16(),
-            ctx_v.bfloat16(),
-            ref,
-            torch.tensor([0, query_len]),
-            torch.tensor([0, seq_len]),
-            query_len,
-            seq_len,
-            False,
-            HEAD_SIZE**-0.5,
+        ref = sdpa_reference(
+            query[q0 : q0 + query_len], ctx_k.bfloat16(), ctx_v.bfloat16(), causal=False
         )
         rows = slice(q0, q0 + query_len)
         torch.testing.assert_close(output[rows].float(), ref, atol=2e-2, rtol=2e-2)

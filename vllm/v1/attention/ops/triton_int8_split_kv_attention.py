@@ -213,6 +213,7 @@ def select_int8_split_kv_geometry(
     *,
     num_queries_per_kv: int,
     num_kv_heads: int,
+    sliding_window: int = 0,
     capability_major: int | None = None,
     num_sms: int | None = None,
 ) -> Int8SplitKVGeometry:
@@ -235,6 +236,9 @@ def select_int8_split_kv_geometry(
         max_partials: (token, segment) slots in the scratch buffers.
         num_queries_per_kv: Query heads per KV head.
         num_kv_heads: KV heads of the layer (on this rank).
+        sliding_window: The layer's window (0: none); a request's rows then
+            see at most ``sliding_window + max_query_len - 1`` keys, which
+            the segments split instead of the whole context.
         capability_major: GPU family (compute capability major); this
             device's when None.
         num_sms: Multiprocessors; this device's when None.
@@ -256,7 +260,9 @@ def select_int8_split_kv_geometry(
     # Decode with fewer KV heads: more segments, as many programs.
     if max_query_len == 1 and 0 < num_kv_heads < REFERENCE_KV_HEADS:
         num_segments <<= (REFERENCE_KV_HEADS // num_kv_heads).bit_length() - 1
-    # Short contexts: keep at least a few tiles per segment.
+    # Short contexts (or windows): keep at least a few tiles per segment.
+    if sliding_window > 0:
+        max_seq_len = min(max_seq_len, sliding_window + max_query_len - 1)
     while num_segments > 1 and num_segments * tile_size * 4 > max_seq_len:
         num_segments //= 2
     # Larger batches fill the GPU with requests; keep the grid ~constant.
@@ -615,6 +621,26 @@ def _loop_tile(i, lo, full_hi, tile_lo, MASKED: tl.constexpr, WINDOW: tl.constex
     if MASKED and WINDOW:
         tile = tl.where(i < full_hi, i - lo + tile_lo, i)
     return tile
+
+
+@triton.jit
+def _loop_block(
+    block_table_row,
+    i,
+    lo,
+    hi,
+    full_hi,
+    tile_lo,
+    MASKED: tl.constexpr,
+    WINDOW: tl.constexpr,
+    TILE_SIZE: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+):
+    """The block-table entry of the tile of iteration ``min(i, hi - 1)`` of a
+    loop from :func:`_loop_bounds` (tile 0's for an empty loop: a tile that
+    exists)."""
+    tile = _loop_tile(tl.minimum(i, hi - 1), lo, full_hi, tile_lo, MASKED, WINDOW)
+    return _tile_block(block_table_row, tl.maximum(tile, 0), TILE_SIZE, BLOCK_SIZE)
 
 
 # Context segments, the block-table row stride and causality are runtime
@@ -982,19 +1008,15 @@ def kernel_int8_split_kv_verify(
             # wait also drains the next tile's K/V copies, so no load would
             # stay in flight across a tile's work.  (An empty loop reads a
             # tile that exists.)
-            next_block = _tile_block(
+            next_block = _loop_block(
                 block_table_row,
-                tl.maximum(
-                    _loop_tile(
-                        tl.minimum(lo, hi - 1),
-                        lo,
-                        full_hi,
-                        tile_lo,
-                        masked,
-                        SLIDING_WINDOW > 0,
-                    ),
-                    0,
-                ),
+                lo,
+                lo,
+                hi,
+                full_hi,
+                tile_lo,
+                masked,
+                SLIDING_WINDOW > 0,
                 TILE_SIZE,
                 BLOCK_SIZE,
             )
@@ -1002,16 +1024,15 @@ def kernel_int8_split_kv_verify(
             j = _loop_tile(i, lo, full_hi, tile_lo, masked, SLIDING_WINDOW > 0)
             if RUN == TILE_SIZE:
                 block = next_block
-                next_block = _tile_block(
+                next_block = _loop_block(
                     block_table_row,
-                    _loop_tile(
-                        tl.minimum(i + 1, hi - 1),
-                        lo,
-                        full_hi,
-                        tile_lo,
-                        masked,
-                        SLIDING_WINDOW > 0,
-                    ),
+                    i + 1,
+                    lo,
+                    hi,
+                    full_hi,
+                    tile_lo,
+                    masked,
+                    SLIDING_WINDOW > 0,
                     TILE_SIZE,
                     BLOCK_SIZE,
                 )
@@ -1312,6 +1333,7 @@ def int8_split_kv_attention(
             segm_output.shape[0],
             num_queries_per_kv=num_queries_per_kv,
             num_kv_heads=num_kv_heads,
+            sliding_window=sliding_window,
         )
     num_segments = geometry.num_segments
     if num_segments & (num_segments - 1) or (
