@@ -43,12 +43,13 @@ side-by-side comparison is three invocations plus ``--compare`` (with
 
 import argparse
 import asyncio
-import fcntl
+import contextlib
 import glob
 import json
 import os
 import statistics
 import sys
+import threading
 import time
 
 from e2e_common import (
@@ -142,106 +143,305 @@ def _itl_stats(stats: dict, keys: tuple[str, ...]) -> dict:
 ITL_KEYS = ("itl_mean_ms", "itl_p50_ms", "itl_p99_ms")
 
 
+class MachineSampler:
+    """Samples the GPU's SM clock, utilisation and power and the host's CPU
+    load every ``period_s`` in a background thread, so that each measured
+    case can say what the machine was doing while it ran (step times of the
+    same engine moved by up to 40% between rounds on a shared H200 host).
+    Without NVML (no GPU) it samples nothing and reports None."""
+
+    def __init__(self, period_s: float = 0.05, device: int = 0):
+        self.samples: list[tuple[float, float, float, float, float]] = []
+        self._stop = threading.Event()
+        self._thread = None
+        try:
+            import psutil
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(device)
+            self._psutil = psutil
+            psutil.cpu_percent()  # the first call only starts the interval
+        except Exception:  # no NVML or no GPU: no samples
+            return
+        self._period = period_s
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        nv, h = self._nvml, self._handle
+        while not self._stop.wait(self._period):
+            # A failed read skips a sample.
+            with contextlib.suppress(Exception):
+                self.samples.append(
+                    (
+                        time.perf_counter(),
+                        nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+                        nv.nvmlDeviceGetUtilizationRates(h).gpu,
+                        nv.nvmlDeviceGetPowerUsage(h) / 1e3,
+                        self._psutil.cpu_percent(),
+                    )
+                )
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def summary(self, t0: float, t1: float) -> dict | None:
+        """Medians (and the SM clock's minimum) of the samples in [t0, t1]."""
+        window = [x for x in list(self.samples) if t0 <= x[0] <= t1]
+        if not window:
+            return None
+        cols = list(zip(*window, strict=True))
+        return {
+            "samples": len(window),
+            "sm_mhz_min": min(cols[1]),
+            "sm_mhz_p50": statistics.median(cols[1]),
+            "gpu_util_p50": statistics.median(cols[2]),
+            "power_w_p50": statistics.median(cols[3]),
+            "host_cpu_pct_p50": statistics.median(cols[4]),
+        }
+
+
+def _decode_window(*recs: dict) -> tuple[float, float]:
+    """From the last first token to the last token of ``recs``."""
+    return (
+        max(r["arrivals"][0][0] for r in recs),
+        max(r["arrivals"][-1][0] for r in recs),
+    )
+
+
+class MeasureTurns:
+    """Turn-taking between serve_bench runs whose engines share one GPU.
+
+    Engines loaded side by side measure in rounds, one at a time, in a fixed
+    order (run 0, run 1, ..., run 0, ...), so that drift of the machine over
+    the minutes a comparison takes falls on every configuration alike.  The
+    first turn waits until every run's engine is ready, and a run shuts its
+    engine down only after the last turn: another engine's start (compiles,
+    graph capture) or shutdown on the same machine slowed steps by half in
+    the turns it overlapped.  The turn file holds the number of the next
+    turn; a run that fails writes ``abort`` there and the others stop
+    waiting.
+    """
+
+    def __init__(self, path: str | None, index: int, count: int):
+        self.path, self.index, self.count = path, index, count
+        if path is not None and not 0 <= index < count:
+            raise ValueError(f"turn {index}/{count}: need 0 <= index < count")
+
+    def _read(self) -> str:
+        with open(self.path) as f:
+            return f.read().strip()
+
+    def _write(self, text: str) -> None:
+        tmp = f"{self.path}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, self.path)
+
+    def _ready_path(self, index: int, first_round: int) -> str:
+        return f"{self.path}.ready.{first_round}.{index}"
+
+    def ready(self, first_round: int = 0) -> None:
+        """This run's engine is up (for the rounds from ``first_round``)."""
+        if self.path is not None:
+            open(self._ready_path(self.index, first_round), "w").close()
+
+    async def _until(self, done, what: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            text = self._read() if os.path.exists(self.path) else "0"
+            if text == "abort":
+                raise RuntimeError("another run sharing the GPU failed")
+            if done(int(text or 0)):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what} never came (turn file says {text})")
+            await asyncio.sleep(0.2)
+
+    async def wait(
+        self, round_idx: int, first_round: int = 0, timeout_s: float = 3600.0
+    ) -> None:
+        """Until this run's turn in round ``round_idx``; the first round of
+        a series (``first_round``) also waits for every run's ready mark."""
+        if self.path is None:
+            return
+        turn = round_idx * self.count + self.index
+
+        def ours(n: int) -> bool:
+            if n != turn:
+                return False
+            return round_idx != first_round or all(
+                os.path.exists(self._ready_path(i, first_round))
+                for i in range(self.count)
+            )
+
+        await self._until(ours, f"turn {turn}", timeout_s)
+
+    async def wait_all(self, end_round: int, timeout_s: float = 3600.0) -> None:
+        """Until every run has measured its rounds before ``end_round``."""
+        if self.path is not None:
+            await self._until(
+                lambda n: n >= end_round * self.count, "the last turn", timeout_s
+            )
+
+    def done(self, round_idx: int) -> None:
+        if self.path is not None:
+            self._write(str(round_idx * self.count + self.index + 1))
+
+    def abort(self) -> None:
+        if self.path is not None:
+            self._write("abort")
+
+
+def median_of(rounds: list):
+    """Per-key median of the rounds' results (nested dicts of numbers); the
+    first round's value where a key is not numeric in every round."""
+    first = rounds[0]
+    if isinstance(first, dict):
+        return {
+            k: median_of([r[k] for r in rounds if isinstance(r, dict) and k in r])
+            for k in first
+        }
+    if all(isinstance(r, (int, float)) and not isinstance(r, bool) for r in rounds):
+        return statistics.median(rounds)
+    return first
+
+
+async def _measure_round(
+    engine,
+    cfg: dict,
+    vocab: int,
+    round_idx: int,
+    sampler: MachineSampler | None = None,
+) -> dict:
+    """One round: single requests at each context, then the concurrent and
+    batch cases.  Each round draws its own prompts (no prefix-cache hits)."""
+    result: dict = {"single": {}, "concurrent": None}
+    salt = 1000 * round_idx
+    # The GPU sat idle while the other runs measured: bring its clocks back
+    # up first (not timed), or the first case of the turn runs slow.
+    warm = make_prompts([4096], vocab, seed=99 + salt)[0]
+    await _stream(engine, warm, 64, "turn-warmup")
+    for ctx in cfg["contexts"]:
+        prompt = make_prompts([ctx], vocab, seed=ctx + salt)[0]
+        spec_before = _spec_snapshot()
+        rec = await _stream(engine, prompt, cfg["decode_tokens"], f"single-{ctx}")
+        stats = _decode_stats(rec)
+        counters = await _spec_since(spec_before)
+        stats.update(spec_step_report(counters, _itl_stats(stats, ITL_KEYS)))
+        if sampler is not None:
+            stats["machine"] = sampler.summary(*_decode_window(rec))
+        result["single"][str(ctx)] = stats
+        log(f"{cfg['name']} ctx {ctx}: {result['single'][str(ctx)]}")
+    if cfg["concurrent"]:
+        a_len, b_len = cfg["concurrent"]
+        pa, pb = make_prompts([a_len, b_len], vocab, seed=7 + salt)
+        spec_before = _spec_snapshot()
+        live_a: dict = {"arrivals": []}
+        task_a = asyncio.create_task(
+            _stream(engine, pa, cfg["concurrent_a_tokens"], "A", live_a)
+        )
+        # Let A finish its prefill and decode a little first.
+        while sum(n for _, n in live_a["arrivals"]) < 16:
+            await asyncio.sleep(0.01)
+            if task_a.done():
+                raise RuntimeError("A finished before B arrived")
+        rec_b = await _stream(engine, pb, 4, "B")
+        rec_a = await task_a
+        b_first = rec_b["arrivals"][0][0]
+        window = [
+            (t, n) for t, n in rec_a["arrivals"] if rec_b["submit"] <= t <= b_first
+        ]
+        # The A step that straddles B's arrival counts too.
+        before = [x for x in rec_a["arrivals"] if x[0] < rec_b["submit"]][-1:]
+        itl = _itl(before + window)
+        # Both requests' drafts: A decoding, B's prefill and 4 tokens.
+        counters = await _spec_since(spec_before)
+        a_decode = _decode_stats(rec_a)
+        # A's step time takes the phase's tokens per step.
+        a_decode.update(spec_step_report(counters, _itl_stats(a_decode, ITL_KEYS)))
+        result["concurrent"] = {
+            "a_prompt": a_len,
+            "b_prompt": b_len,
+            "b_ttft_s": b_first - rec_b["submit"],
+            "a_itl_during_b_prefill_mean_ms": 1e3 * statistics.fmean(itl)
+            if itl
+            else None,
+            "a_itl_during_b_prefill_max_ms": 1e3 * max(itl) if itl else None,
+            "a_steps_during_b_prefill": len(window),
+            "a_decode": a_decode,
+        }
+        log(f"{cfg['name']} concurrent: {result['concurrent']}")
+    if cfg.get("batch"):
+        n, ctx = cfg["batch"], cfg["batch_context"]
+        prompts = make_prompts([ctx] * n, vocab, seed=11 + salt)
+        spec_before = _spec_snapshot()
+        recs = await asyncio.gather(
+            *(
+                _stream(engine, p, cfg["decode_tokens"], f"batch-{i}")
+                for i, p in enumerate(prompts)
+            )
+        )
+        # Decode phase: from the last request's first token to the end.
+        start, end = _decode_window(*recs)
+        tokens = sum(n for r in recs for t, n in r["arrivals"] if t > start)
+        itl = [x for r in recs for x in _itl(r["arrivals"])]
+        result["batch"] = {
+            "requests": n,
+            "context": ctx,
+            "decode_tok_s": tokens / (end - start) if end > start else None,
+            "itl_p50_ms": 1e3 * statistics.median(itl),
+            "itl_p99_ms": 1e3 * sorted(itl)[int(0.99 * (len(itl) - 1))],
+        }
+        counters = await _spec_since(spec_before)
+        result["batch"].update(
+            spec_step_report(counters, _itl_stats(result["batch"], ITL_KEYS))
+        )
+        if sampler is not None:
+            result["batch"]["machine"] = sampler.summary(start, end)
+        log(f"{cfg['name']} batch: {result['batch']}")
+    return result
+
+
 async def _measure(cfg: dict) -> dict:
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    # The engine core runs in its own process: vLLM's JIT monitor logs every
-    # kernel compile after warm-up there ("... JIT compilation during
-    # inference"); step_profile.py records them in its results instead.
-    kwargs = dict(engine_kwargs(cfg), jit_monitor_verbose=True)
-    engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
-    vocab = model_vocab_size(cfg["model"])
-    result: dict = {"single": {}, "concurrent": None}
-    # Closed (and so released) by the finally clause below.
-    lock = open(cfg["measure_lock"], "a") if cfg.get("measure_lock") else None  # noqa: SIM115
+    turns = MeasureTurns(cfg.get("measure_turn"), *cfg.get("turn", (0, 1)))
+    sampler = MachineSampler()
+    engine = None
+    rounds: list[dict] = []
     try:
-        if lock is not None:
-            # Engines started side by side measure one at a time.
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            log(f"{cfg['name']}: measuring")
-        # A first short request, as a user's would be (not timed).
-        warm = make_prompts([1024], vocab, seed=99)[0]
-        await _stream(engine, warm, 8, "warmup")
-        for ctx in cfg["contexts"]:
-            prompt = make_prompts([ctx], vocab, seed=ctx)[0]
-            spec_before = _spec_snapshot()
-            rec = await _stream(engine, prompt, cfg["decode_tokens"], f"single-{ctx}")
-            stats = _decode_stats(rec)
-            counters = await _spec_since(spec_before)
-            stats.update(spec_step_report(counters, _itl_stats(stats, ITL_KEYS)))
-            result["single"][str(ctx)] = stats
-            log(f"{cfg['name']} ctx {ctx}: {result['single'][str(ctx)]}")
-        if cfg["concurrent"]:
-            a_len, b_len = cfg["concurrent"]
-            pa, pb = make_prompts([a_len, b_len], vocab, seed=7)
-            spec_before = _spec_snapshot()
-            live_a: dict = {"arrivals": []}
-            task_a = asyncio.create_task(
-                _stream(engine, pa, cfg["concurrent_a_tokens"], "A", live_a)
-            )
-            # Let A finish its prefill and decode a little first.
-            while sum(n for _, n in live_a["arrivals"]) < 16:
-                await asyncio.sleep(0.01)
-                if task_a.done():
-                    raise RuntimeError("A finished before B arrived")
-            rec_b = await _stream(engine, pb, 4, "B")
-            rec_a = await task_a
-            b_first = rec_b["arrivals"][0][0]
-            window = [
-                (t, n) for t, n in rec_a["arrivals"] if rec_b["submit"] <= t <= b_first
-            ]
-            # The A step that straddles B's arrival counts too.
-            before = [x for x in rec_a["arrivals"] if x[0] < rec_b["submit"]][-1:]
-            itl = _itl(before + window)
-            # Both requests' drafts: A decoding, B's prefill and 4 tokens.
-            counters = await _spec_since(spec_before)
-            a_decode = _decode_stats(rec_a)
-            # A's step time takes the phase's tokens per step.
-            a_decode.update(spec_step_report(counters, _itl_stats(a_decode, ITL_KEYS)))
-            result["concurrent"] = {
-                "a_prompt": a_len,
-                "b_prompt": b_len,
-                "b_ttft_s": b_first - rec_b["submit"],
-                "a_itl_during_b_prefill_mean_ms": 1e3 * statistics.fmean(itl)
-                if itl
-                else None,
-                "a_itl_during_b_prefill_max_ms": 1e3 * max(itl) if itl else None,
-                "a_steps_during_b_prefill": len(window),
-                "a_decode": a_decode,
-            }
-            log(f"{cfg['name']} concurrent: {result['concurrent']}")
-        if cfg.get("batch"):
-            n, ctx = cfg["batch"], cfg["batch_context"]
-            prompts = make_prompts([ctx] * n, vocab, seed=11)
-            spec_before = _spec_snapshot()
-            recs = await asyncio.gather(
-                *(
-                    _stream(engine, p, cfg["decode_tokens"], f"batch-{i}")
-                    for i, p in enumerate(prompts)
-                )
-            )
-            # Decode phase: from the last request's first token to the end.
-            start = max(r["arrivals"][0][0] for r in recs)
-            end = max(r["arrivals"][-1][0] for r in recs)
-            tokens = sum(n for r in recs for t, n in r["arrivals"] if t > start)
-            itl = [x for r in recs for x in _itl(r["arrivals"])]
-            result["batch"] = {
-                "requests": n,
-                "context": ctx,
-                "decode_tok_s": tokens / (end - start) if end > start else None,
-                "itl_p50_ms": 1e3 * statistics.median(itl),
-                "itl_p99_ms": 1e3 * sorted(itl)[int(0.99 * (len(itl) - 1))],
-            }
-            counters = await _spec_since(spec_before)
-            result["batch"].update(
-                spec_step_report(counters, _itl_stats(result["batch"], ITL_KEYS))
-            )
-            log(f"{cfg['name']} batch: {result['batch']}")
+        # The engine core runs in its own process: vLLM's JIT monitor logs
+        # every kernel compile after warm-up there ("... JIT compilation
+        # during inference"); step_profile.py records them in its results.
+        kwargs = dict(engine_kwargs(cfg), jit_monitor_verbose=True)
+        engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+        vocab = model_vocab_size(cfg["model"])
+        # Every --spec of a run takes its own rounds of turns.
+        first_round = cfg.get("first_round", 0)
+        turns.ready(first_round)
+        for r in range(cfg.get("rounds", 1)):
+            await turns.wait(first_round + r, first_round)
+            log(f"{cfg['name']}: measuring, round {r + 1}/{cfg.get('rounds', 1)}")
+            rounds.append(await _measure_round(engine, cfg, vocab, r, sampler))
+            turns.done(first_round + r)
+        # The other engines measure their last turns before this one exits.
+        await turns.wait_all(first_round + cfg.get("rounds", 1))
+    except BaseException:
+        turns.abort()
+        raise
     finally:
-        engine.shutdown()
-        if lock is not None:
-            lock.close()  # releases the lock
+        sampler.stop()
+        if engine is not None:
+            engine.shutdown()
+    result = median_of(rounds)
+    if len(rounds) > 1:
+        result["rounds"] = rounds
     return result
 
 
@@ -271,7 +471,9 @@ def run(args: argparse.Namespace) -> dict:
         "concurrent_a_tokens": args.concurrent_a_tokens,
         "batch": args.batch,
         "batch_context": args.batch_context,
-        "measure_lock": args.measure_lock,
+        "measure_turn": args.measure_turn,
+        "turn": tuple(int(x) for x in args.turn.split("/")),
+        "rounds": args.rounds,
     }
     report = {
         "label": args.label,
@@ -283,9 +485,14 @@ def run(args: argparse.Namespace) -> dict:
     path = os.path.join(args.results_dir, f"serve_{args.label}.json")
     if args.merge:
         report["runs"] = previous_runs(path, report)
-    for spec in args.spec:
+    for i, spec in enumerate(args.spec):
         name = f"{args.label}{'+dflash' if spec == 'dflash' else ''}"
-        cfg = dict(base, name=name, drafter=drafter if spec == "dflash" else None)
+        cfg = dict(
+            base,
+            name=name,
+            drafter=drafter if spec == "dflash" else None,
+            first_round=i * args.rounds,
+        )
         report["runs"][spec] = spawn(os.path.abspath(__file__), cfg, timeout=3600)
         # After each engine, so a later one that fails or runs out of time
         # loses nothing measured before it.
@@ -372,6 +579,47 @@ def ratios(rows: list[dict], extra: list[dict], baseline: str) -> list[dict]:
     return out
 
 
+def _dig(d: dict | None, keys: tuple) -> float | None:
+    for k in keys:
+        d = d.get(k) if isinstance(d, dict) else None
+    return d
+
+
+def round_ratios(reports: list[dict], baseline: str) -> list[dict]:
+    """Step time p50 over ``baseline``'s, round by round (runs measured in
+    turns with ``--rounds``), per spec and case: how much of a ratio is
+    drift of the machine rather than the configuration."""
+    base = next((r for r in reports if r["label"] == baseline), None)
+    out = []
+    for rep in reports:
+        if base is None or rep is base:
+            continue
+        for spec, run in rep["runs"].items():
+            brun = base["runs"].get(spec)
+            if brun is None or "rounds" not in run or "rounds" not in brun:
+                continue
+            pairs = list(zip(run["rounds"], brun["rounds"]))
+            cases = [(ctx, ("single", ctx)) for ctx in run["single"]]
+            if run.get("batch"):
+                cases.append(("batch", ("batch",)))
+            for ctx, keys in cases:
+                values = [
+                    _ratio(
+                        _dig(a, (*keys, "step_p50_ms")), _dig(b, (*keys, "step_p50_ms"))
+                    )
+                    for a, b in pairs
+                ]
+                out.append(
+                    {
+                        "label": rep["label"],
+                        "spec": spec,
+                        "ctx": ctx,
+                        "step_p50_ratios": values,
+                    }
+                )
+    return out
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -443,6 +691,10 @@ def compare(paths: list[str], out_dir: str, baseline: str | None = None) -> dict
                 if k.endswith("_ratio")
             )
             print(f"{q['label']:<16}{q['spec']:<8}{q['ctx']!s:>17}  {cells}")
+        summary["round_ratios"] = round_ratios(reports, baseline)
+        for q in summary["round_ratios"]:
+            cells = " ".join(_fmt(v, ".3f") for v in q["step_p50_ratios"])
+            print(f"{q['label']:<16}{q['spec']:<8}{q['ctx']!s:>17}  per round: {cells}")
     save_json(os.path.join(out_dir, "serve_compare.json"), summary)
     try:
         import matplotlib
@@ -525,9 +777,22 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-context", type=int, default=32768)
     p.add_argument("--enforce-eager", action="store_true")
     p.add_argument(
-        "--measure-lock",
-        help="file to lock while measuring: several serve_bench runs started "
-        "together load their engines side by side and measure one at a time",
+        "--measure-turn",
+        help="turn file shared by serve_bench runs started together: their "
+        "engines load side by side and measure one at a time, in rounds",
+    )
+    p.add_argument(
+        "--turn",
+        default="0/1",
+        help="with --measure-turn: this run's place, INDEX/COUNT (0/2, 1/2)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure everything this many times (with --measure-turn, in "
+        "turns with the other runs); results are per-key medians, each round "
+        "kept under 'rounds'",
     )
     p.add_argument(
         "--no-concurrent",

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Fork-only harness: two serve_bench.py configurations on one GPU, engines
-# loaded side by side (fixed KV size each) and measured one at a time
-# (--measure-lock), then compared.  Writes into RESULTS (default
-# benchmarks/results/e2e).
+# loaded side by side (fixed KV size each) and measured one at a time, in
+# ROUNDS alternating turns (--measure-turn; default 3), then compared: the
+# results are per-round medians, and the comparison prints each round's
+# ratio too.  Writes into RESULTS (default benchmarks/results/e2e).
 #
 #   PRESET=27b-geometry SPEC=dflash CONTEXTS="32768 131072" \
 #     bash benchmarks/e2e/serve_pair.sh int8-triton bf16-fa [serve_bench args...]
@@ -17,20 +18,24 @@ CONTEXTS=${CONTEXTS:-32768 131072}
 RESULTS=${RESULTS:-benchmarks/results/e2e}
 KV_GIB=${KV_GIB:-24}
 UTIL=${UTIL:-0.45}
+ROUNDS=${ROUNDS:-3}
 model=$RESULTS/models/$PRESET-config-only
 # Written once here, so that the two runs do not race to write it.
 [ -f "$model/config.json" ] || $PY "$here/../models/make_hybrid_model.py" \
     --preset "$PRESET" --out "$model" --drafter --config-only
-lock=$(mktemp)
+turns=$(mktemp)
 pids=()
+i=0
 for kv in "$kv_a" "$kv_b"; do
     # shellcheck disable=SC2086
     $PY "$here/serve_bench.py" --label "$kv-$SPEC" --kv "$kv" --spec $SPEC \
         --contexts $CONTEXTS --model "$model" --load-format dummy \
         --gpu-memory-utilization "$UTIL" --kv-cache-memory-gib "$KV_GIB" \
-        --measure-lock "$lock" --results-dir "$RESULTS" "$@" \
+        --measure-turn "$turns" --turn "$i/2" --rounds "$ROUNDS" \
+        --results-dir "$RESULTS" "$@" \
         > "$RESULTS/serve_pair_$kv-$SPEC.log" 2>&1 &
     pids+=($!)
+    i=$((i + 1))
 done
 rc=0
 for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done

@@ -545,6 +545,130 @@ def test_compare_uses_step_time_between_kv_dtypes(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "serve_compare.json").read_text())["ratios"]
 
 
+def test_measure_turns_alternate_runs_and_stop_on_failure(tmp_path):
+    """Two runs sharing a GPU measure in turns A B A B, whatever order their
+    engines become ready in; a run that fails releases the other."""
+    import asyncio
+
+    import serve_bench
+
+    path = str(tmp_path / "turns")
+    open(path, "w").close()  # mktemp's empty file: turn 0
+    order = []
+
+    async def run(index, ready_after):
+        turns = serve_bench.MeasureTurns(path, index, 2)
+        await asyncio.sleep(ready_after)  # the engine starting
+        order.append((index, "ready"))
+        turns.ready()
+        for r in range(3):
+            await turns.wait(r, timeout_s=10)
+            order.append((index, r))
+            await asyncio.sleep(0.05)  # measuring
+            turns.done(r)
+        await turns.wait_all(3, timeout_s=10)
+        order.append((index, "exit"))
+
+    async def both():
+        # Run 1's engine is ready last: run 0 must not measure before.
+        await asyncio.gather(run(0, 0.0), run(1, 0.5))
+
+    asyncio.run(both())
+    assert order[:2] == [(0, "ready"), (1, "ready")]
+    assert order[2:8] == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)]
+    # Run 0 finished first but exits only after run 1's last turn.
+    assert sorted(order[8:]) == [(0, "exit"), (1, "exit")]
+
+    open(path, "w").close()
+
+    async def failing():
+        waiter = serve_bench.MeasureTurns(path, 1, 2)
+        serve_bench.MeasureTurns(path, 0, 2).abort()
+        await waiter.wait(0, timeout_s=10)
+
+    with pytest.raises(RuntimeError, match="failed"):
+        asyncio.run(failing())
+    with pytest.raises(ValueError):
+        serve_bench.MeasureTurns(path, 2, 2)
+
+
+def test_machine_sampler_summarises_the_decode_window():
+    import serve_bench
+
+    sampler = serve_bench.MachineSampler.__new__(serve_bench.MachineSampler)
+    # (time, SM MHz, GPU util %, power W, host CPU %)
+    sampler.samples = [
+        (0.5, 345, 0, 80.0, 5.0),
+        (1.0, 1980, 90, 400.0, 20.0),
+        (1.5, 1500, 95, 420.0, 60.0),
+        (2.0, 1980, 92, 410.0, 30.0),
+        (3.0, 345, 0, 80.0, 5.0),
+    ]
+    recs = [
+        {"arrivals": [(0.9, 1), (1.6, 1), (2.0, 1)]},
+        {"arrivals": [(1.0, 1), (1.9, 1)]},
+    ]
+    t0, t1 = serve_bench._decode_window(*recs)
+    assert (t0, t1) == (1.0, 2.0)
+    summary = sampler.summary(t0, t1)
+    assert summary == {
+        "samples": 3,
+        "sm_mhz_min": 1500,
+        "sm_mhz_p50": 1980,
+        "gpu_util_p50": 92,
+        "power_w_p50": 410.0,
+        "host_cpu_pct_p50": 30.0,
+    }
+    assert sampler.summary(5.0, 6.0) is None
+
+
+def test_rounds_give_medians_and_per_round_ratios(tmp_path, monkeypatch):
+    import json
+
+    import serve_bench
+
+    rounds = [
+        {"single": {"32768": {"step_p50_ms": v, "drafts": 3}}, "batch": None}
+        for v in (10.0, 30.0, 12.0)
+    ]
+    merged = serve_bench.median_of(rounds)
+    assert merged["single"]["32768"] == {"step_p50_ms": 12.0, "drafts": 3}
+    assert merged["batch"] is None
+
+    def report(label, values):
+        rs = [
+            {
+                "single": {
+                    "32768": {
+                        "ttft_s": 1.0,
+                        "decode_tok_s": 1.0,
+                        "itl_p50_ms": v,
+                        "step_p50_ms": v,
+                    }
+                },
+                "concurrent": None,
+                "batch": {"step_p50_ms": 2 * v, "decode_tok_s": 1.0},
+            }
+            for v in values
+        ]
+        run = dict(serve_bench.median_of(rs), rounds=rs)
+        return {"label": label, "runs": {"dflash": run}}
+
+    paths = []
+    for label, values in (("bf16", (10.0, 20.0, 10.0)), ("int8", (9.0, 10.0, 11.0))):
+        path = tmp_path / f"serve_{label}.json"
+        path.write_text(json.dumps(report(label, values)))
+        paths.append(str(path))
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    summary = serve_bench.compare(paths, str(tmp_path), baseline="bf16")
+    per_round = {q["ctx"]: q["step_p50_ratios"] for q in summary["round_ratios"]}
+    assert per_round["32768"] == pytest.approx([0.9, 0.5, 1.1])
+    assert per_round["batch"] == pytest.approx([0.9, 0.5, 1.1])
+    # The medians' ratio: 10 / 10.
+    ratios = {q["ctx"]: q for q in summary["ratios"]}
+    assert ratios[32768]["step_p50_ms_ratio"] == pytest.approx(1.0)
+
+
 def test_merge_keeps_other_runs_of_the_same_configuration(tmp_path):
     import json
 
