@@ -7,7 +7,8 @@ bs = int(sys.argv[1])
 path = sys.argv[2] if len(sys.argv) > 2 else "vllm/v1/attention/ops/triton_int8_split_kv_wgmma.py"
 k = load_mod(path).kernel_int8_split_kv_verify_wgmma
 consts = dict(num_query_heads=24, NUM_QUERIES_PER_KV=6, ROW_SPLITS=1, HEAD_SIZE=256, BLOCK_SIZE=bs, TILE_SIZE=32,
-              STAGES=int(os.environ.get("STAGES", 3)), P_LOG2_SCALE=6.0, RESCALE_THRESHOLD=8.0)
+              STAGES=int(os.environ.get("STAGES", 3)), P_LOG2_SCALE=6.0, RESCALE_THRESHOLD=8.0,
+              SLIDING_WINDOW=0)
 if "VH" in os.environ: consts["VH_BUFFERS"] = int(os.environ["VH"])
 c = build(None, k, consts, extra_ptrs={"clk_ptr": "*i32"}, gluon=True)
 u, s = sass(c)
