@@ -4,13 +4,13 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help venv install test test-tools test-fork test-gpu patches check status clean
+.PHONY: help venv install test test-tools test-fork test-commits test-gpu patches check status clean
 
 help:
 	@echo "make install   build the fork wheel from the pinned upstream wheel and install it into $(VENV)"
-	@echo "make test      the whole CPU test suite (tool tests + fork tests + upstream regression)"
+	@echo "make test      the whole CPU test suite (tool tests + fork tests + upstream regression + each commit's own tests at that commit)"
 	@echo "make test-gpu  the GPU regression suite (kernels at full size, backend, engine); fails without a usable GPU (ALLOW_NO_GPU=1 skips)"
-	@echo "               STAGE=kernels|engine|spec: one stage, stopped after GPU_TIME_LIMIT=480 s"
+	@echo "               stage by stage, each stopped after GPU_TIME_LIMIT=480 s; STAGE=kernels|backend|upstream|engine|spec: one"
 	@echo "make patches   materialize the fork tree and export dist/patches/v0.26.0/NNNN-*.patch"
 	@echo "make check     series applies exactly, is canonical, passes upstream's lint"
 	@echo "make status    the series and the installed version"
@@ -25,7 +25,7 @@ venv: $(VENV)/.ready
 install: venv
 	$(PY) -m forktool install
 
-test: install test-tools check test-fork
+test: install test-tools check test-fork test-commits
 
 test-tools: venv
 	$(PY) -m pytest -q -p no:cacheprovider forktool/tests
@@ -33,15 +33,21 @@ test-tools: venv
 test-fork: venv
 	$(PY) -m forktool test
 
+# Each commit's own tests against vLLM 0.26.0 plus the series up to that
+# commit (what a maintainer who cherry-picks it gets).
+test-commits: venv
+	$(PY) -m forktool test --each-commit
+
 # CUDA machines with the fork installed (`make install`).  Fails when CUDA is
 # unusable, so a runner with a broken driver cannot pass; ALLOW_NO_GPU=1 skips.
-# STAGE=kernels|engine|spec runs one stage of forktool/gpu_suite.txt and
-# interrupts it after GPU_TIME_LIMIT seconds (it still prints what ran).
+# Every stage of forktool/gpu_suite.txt runs in its own pytest, interrupted
+# after GPU_TIME_LIMIT seconds (it still prints what ran); STAGE=name runs
+# one of them.
 STAGE ?=
 GPU_TIME_LIMIT ?= 480
 test-gpu: venv
 	$(PY) -m forktool test --gpu $(if $(ALLOW_NO_GPU),--allow-no-gpu) \
-	    $(if $(STAGE),--stage $(STAGE) --time-limit $(GPU_TIME_LIMIT))
+	    $(if $(STAGE),--stage $(STAGE)) --time-limit $(GPU_TIME_LIMIT)
 
 patches: venv
 	$(PY) -m forktool materialize

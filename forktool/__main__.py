@@ -9,7 +9,8 @@ check        series canonical + applies exactly + upstream's lint passes
 table        rewrite the commit tables of PATCHES.md and README.md
 status       print the series and what is installed
 test         run the CPU suite (forktool/cpu_suite.txt) against the
-             installed fork, from a copy of the fork tree's tests/
+             installed fork, from a copy of the fork tree's tests/;
+             --each-commit: each commit's own tests at that commit
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import gitops
+from . import gitops, prefix
 from .check import run_check
 from .errors import ForkError
 from .series import read_series
@@ -201,8 +202,13 @@ def cmd_test(args) -> int:
     for folder in ("tests", "benchmarks"):
         shutil.copytree(tree / folder, testroot / folder)
     shutil.copy2(tree / "pyproject.toml", testroot / "pyproject.toml")
-    suite_file = "gpu_suite.txt" if args.gpu else "cpu_suite.txt"
-    suite = read_suite(args.root / "forktool" / suite_file, args.stage)
+    suite_path = (
+        args.root / "forktool" / ("gpu_suite.txt" if args.gpu else "cpu_suite.txt")
+    )
+    # A suite with stages runs stage by stage, each in its own pytest (a
+    # stage may narrow its files with -k) and time limit.
+    stages = [args.stage] if args.stage else stages_of(suite_path) or [None]
+    suites = [(stage, read_suite(suite_path, stage)) for stage in stages]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
     if args.gpu:
         probe = subprocess.run(
@@ -233,6 +239,67 @@ def cmd_test(args) -> int:
 
         hf_home = hf_cache.write_hf_cache(args.root / "build" / "hf-home")
         env.update(hf_cache.offline_env(hf_home))
+    if args.each_commit or args.at:
+        if args.gpu:
+            raise ForkError("--each-commit / --at run the CPU tests only")
+        return _test_commits(args, tree, pin, env)
+    results = []
+    for stage, suite in suites:
+        rc = _run_suite(args, suite, testroot, env)
+        results.append((stage, rc))
+        if len(suites) > 1:
+            print(f"forktool test: stage {stage}: {_outcome(rc, args)}", flush=True)
+    if len(suites) > 1:
+        print(
+            "forktool test: stages: "
+            + ", ".join(f"{stage} {_outcome(rc, args)}" for stage, rc in results)
+        )
+    return next((rc for _, rc in results if rc != 0), 0)
+
+
+def _test_commits(args, tree: Path, pin, env: dict) -> int:
+    """Each selected commit's own tests against the package of the tree at
+    that commit (forktool/prefix.py)."""
+    installed = prefix.installed_package_dir()
+    work = args.root / "build" / "prefix"
+    results = []
+    for n, commit in prefix.prefix_commits(tree, pin.tag, args.at):
+        subject = gitops.git(tree, "log", "-1", "--format=%s", commit).stdout.strip()
+        site, testroot, tests = prefix.prepare(tree, commit, installed, work)
+        print(f"forktool test: commit {n:04d} {subject}", flush=True)
+        if not tests:
+            print("  no test files of its own", flush=True)
+            results.append((n, "no tests", 0))
+            continue
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-pforktool.hf_cache",
+            *report_args(False),
+            *args.pytest_args,
+            *tests,
+        ]
+        print(f"+ (cd {testroot} && PYTHONPATH={site} python {' '.join(cmd[1:])})")
+        rc = run_pytest(cmd, testroot, prefix.prefix_env(env, site), args.time_limit)
+        results.append((n, _outcome(rc, args), rc))
+    print("forktool test: each commit's own tests at that commit:")
+    for n, outcome, _ in results:
+        print(f"  {n:04d} {outcome}")
+    return next((rc for _, _, rc in results if rc != 0), 0)
+
+
+def _outcome(rc: int, args) -> str:
+    if rc == 0:
+        return "passed"
+    if rc == 124:
+        return f"cut at {args.time_limit:.0f} s"
+    return f"failed (exit {rc})"
+
+
+def _run_suite(args, suite: list[str], testroot: Path, env: dict) -> int:
     cmd = [
         sys.executable,
         "-m",
@@ -250,7 +317,7 @@ def cmd_test(args) -> int:
             f"forktool test: error: the run took longer than {args.time_limit:.0f} s",
             file=sys.stderr,
         )
-        return 1
+        return 124
     if rc == 5:
         print("forktool test: error: pytest collected no tests", file=sys.stderr)
         return 1
@@ -309,6 +376,19 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="seconds; past them pytest is interrupted (it still prints the "
         "results so far) and the run fails",
+    )
+    test.add_argument(
+        "--each-commit",
+        action="store_true",
+        help="run each commit's own test files against vLLM as of that commit "
+        "(the tree's Python at the commit, the installed wheel's binaries)",
+    )
+    test.add_argument(
+        "--at",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="like --each-commit, for commits N (1-based) only",
     )
     test.add_argument("pytest_args", nargs="*", help="extra pytest arguments")
     exp = sub.add_parser("export")

@@ -55,3 +55,60 @@ def test_series_is_canonical(tree):
     from forktool.check import check_commits
 
     assert check_commits(read_series(ROOT), tree, PIN.tag) == []
+
+
+def test_each_commit_runs_its_own_tests_against_vllm_as_of_that_commit(tree, tmp_path):
+    """`forktool test --each-commit`: commit N's own test files, against a
+    package that holds the tree's Python at N (a later commit's module is
+    not importable there) and the installed wheel's binaries."""
+    import importlib.util
+    import os
+    import sys
+
+    from forktool import prefix
+
+    commits = gitops.series_commits(tree, PIN.tag)
+    series = read_series(ROOT)
+    for n, commit in enumerate(commits[: series.num_upstream], 1):
+        tests = prefix.own_tests(tree, commit)
+        assert tests, f"commit {n} has no test file of its own"
+        assert all(t.startswith("tests/") and "/test_" in t for t in tests)
+    assert prefix.own_tests(tree, commits[0]) == [
+        "tests/v1/attention/test_per_token_head_scale_views.py"
+    ]
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vllm not installed")
+    # The first commit that adds the split-KV kernel module.
+    op = "vllm/v1/attention/ops/triton_int8_split_kv_attention.py"
+    adds = [
+        i
+        for i, c in enumerate(commits)
+        if gitops.git(tree, "diff", "--name-only", "--diff-filter=A", f"{c}~1", c)
+        .stdout.split()
+        .count(op)
+    ]
+    assert len(adds) == 1
+    before = commits[adds[0] - 1]
+    installed = prefix.installed_package_dir()
+    site = prefix.build_prefix_site(tree, before, installed, tmp_path / "site")
+    assert not (site / op).exists()
+    assert (installed / op.removeprefix("vllm/")).exists()  # the whole series has it
+    built = [p for p in installed.glob("*.so")]
+    assert built and all((site / "vllm" / p.name).is_symlink() for p in built)
+    env = prefix.prefix_env(dict(os.environ), site)
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import importlib.util, vllm; print(vllm.__file__); "
+            "print(importlib.util.find_spec("
+            "'vllm.v1.attention.ops.triton_int8_split_kv_attention'))",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert probe.returncode == 0, probe.stderr
+    where, spec = probe.stdout.split()[:2]
+    assert where.startswith(str(site)) and spec == "None"

@@ -94,6 +94,42 @@ def test_gpu_stage_runs_verbose_with_time_limit(monkeypatch, capsys):
     assert "no stage 'nope'" in capsys.readouterr().err
 
 
+def test_gpu_suite_runs_each_stage_in_its_own_pytest(monkeypatch, capsys):
+    """Without --stage every stage runs, one pytest each (a stage's -k
+    narrows only its own files), each under the time limit; a cut or failed
+    stage does not stop the next, and the run fails with the first failure."""
+    calls = []
+    rcs = iter([0, 124, 0, 1, 0])
+
+    def fake_run_pytest(cmd, cwd, env, time_limit=None):
+        calls.append((cmd, time_limit))
+        return next(rcs)
+
+    def fake_probe(cmd, *a, **kw):
+        return subprocess.CompletedProcess(cmd, 0, "True\n", "")
+
+    monkeypatch.setattr(cli, "run_pytest", fake_run_pytest)
+    monkeypatch.setattr(cli.subprocess, "run", fake_probe)
+    monkeypatch.setattr(cli, "fork_version", lambda pin, tree: "1")
+    monkeypatch.setattr(cli.importlib.metadata, "version", lambda name: "1")
+    monkeypatch.setattr(cli, "_ensure_tree", lambda args, pin: ROOT / "build" / "x")
+    monkeypatch.setattr(cli.shutil, "copytree", lambda *a, **kw: None)
+    monkeypatch.setattr(cli.shutil, "copy2", lambda *a, **kw: None)
+    stages = stages_of(GPU_SUITE)
+    assert len(stages) == 5
+    assert cli.main(["test", "--gpu", "--time-limit", "480"]) == 124
+    assert len(calls) == len(stages)
+    for (cmd, limit), stage in zip(calls, stages, strict=True):
+        assert limit == 480
+        assert cmd[-len(read_suite(GPU_SUITE, stage)) :] == read_suite(GPU_SUITE, stage)
+    upstream = calls[stages.index("upstream")][0]
+    assert upstream[upstream.index("-k") + 1] == "num_heads0 and seq_lens1"
+    assert "-k" not in calls[stages.index("kernels")][0]
+    out = capsys.readouterr().out
+    assert f"stage {stages[1]}: cut at 480 s" in out
+    assert f"stage {stages[3]}: failed (exit 1)" in out
+
+
 def test_time_limit_interrupts_pytest_and_keeps_its_summary(tmp_path, capfd):
     """Past the limit pytest gets Ctrl-C: it still prints what ran."""
     (tmp_path / "test_slow.py").write_text(
