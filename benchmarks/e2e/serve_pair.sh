@@ -19,6 +19,10 @@ RESULTS=${RESULTS:-benchmarks/results/e2e}
 KV_GIB=${KV_GIB:-24}
 UTIL=${UTIL:-0.45}
 ROUNDS=${ROUNDS:-3}
+# CPUSETS="0-7 8-15": run each configuration's processes (API side and
+# engine core) on its own CPUs (taskset), so one engine's host work cannot
+# take the other's cores.
+read -r -a cpusets <<< "${CPUSETS:-}"
 model=$RESULTS/models/$PRESET-config-only
 # Written once here, so that the two runs do not race to write it.
 [ -f "$model/config.json" ] || $PY "$here/../models/make_hybrid_model.py" \
@@ -27,8 +31,10 @@ turns=$(mktemp)
 pids=()
 i=0
 for kv in "$kv_a" "$kv_b"; do
+    pin=()
+    if [ ${#cpusets[@]} -gt 0 ]; then pin=(taskset -c "${cpusets[$i]}"); fi
     # shellcheck disable=SC2086
-    $PY "$here/serve_bench.py" --label "$kv-$SPEC" --kv "$kv" --spec $SPEC \
+    ${pin[@]+"${pin[@]}"} $PY "$here/serve_bench.py" --label "$kv-$SPEC" --kv "$kv" --spec $SPEC \
         --contexts $CONTEXTS --model "$model" --load-format dummy \
         --gpu-memory-utilization "$UTIL" --kv-cache-memory-gib "$KV_GIB" \
         --measure-turn "$turns" --turn "$i/2" --rounds "$ROUNDS" \
