@@ -193,15 +193,8 @@ def cmd_test(args) -> int:
             f"installed vllm is {installed}, the series builds {expected}; "
             "run `make install` first"
         )
-    # Run from a folder that holds tests/ but no vllm/ source, so that
-    # `import vllm` resolves to the installed fork wheel.
-    testroot = args.root / "build" / "testroot"
-    shutil.rmtree(testroot, ignore_errors=True)
-    testroot.mkdir(parents=True)
-    # benchmarks/ too: tests of benchmark scripts load them by path.
-    for folder in ("tests", "benchmarks"):
-        shutil.copytree(tree / folder, testroot / folder)
-    shutil.copy2(tree / "pyproject.toml", testroot / "pyproject.toml")
+    if (args.each_commit or args.at) and args.gpu:
+        raise ForkError("--each-commit / --at run the CPU tests only")
     suite_path = (
         args.root / "forktool" / ("gpu_suite.txt" if args.gpu else "cpu_suite.txt")
     )
@@ -240,9 +233,16 @@ def cmd_test(args) -> int:
         hf_home = hf_cache.write_hf_cache(args.root / "build" / "hf-home")
         env.update(hf_cache.offline_env(hf_home))
     if args.each_commit or args.at:
-        if args.gpu:
-            raise ForkError("--each-commit / --at run the CPU tests only")
         return _test_commits(args, tree, pin, env)
+    # Run from a folder that holds tests/ but no vllm/ source, so that
+    # `import vllm` resolves to the installed fork wheel.
+    testroot = args.root / "build" / "testroot"
+    shutil.rmtree(testroot, ignore_errors=True)
+    testroot.mkdir(parents=True)
+    # benchmarks/ too: tests of benchmark scripts load them by path.
+    for folder in ("tests", "benchmarks"):
+        shutil.copytree(tree / folder, testroot / folder)
+    shutil.copy2(tree / "pyproject.toml", testroot / "pyproject.toml")
     results = []
     for stage, suite in suites:
         rc = _run_suite(args, suite, testroot, env)
@@ -271,19 +271,9 @@ def _test_commits(args, tree: Path, pin, env: dict) -> int:
             print("  no test files of its own", flush=True)
             results.append((n, "no tests", 0))
             continue
-        cmd = [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "-pforktool.hf_cache",
-            *report_args(False),
-            *args.pytest_args,
-            *tests,
-        ]
-        print(f"+ (cd {testroot} && PYTHONPATH={site} python {' '.join(cmd[1:])})")
-        rc = run_pytest(cmd, testroot, prefix.prefix_env(env, site), args.time_limit)
+        # The plugin the CPU suite loads for upstream's config-building tests.
+        suite = ["-pforktool.hf_cache", *tests]
+        rc = _run_suite(args, suite, testroot, prefix.prefix_env(env, site))
         results.append((n, _outcome(rc, args), rc))
     print("forktool test: each commit's own tests at that commit:")
     for n, outcome, _ in results:
@@ -310,7 +300,9 @@ def _run_suite(args, suite: list[str], testroot: Path, env: dict) -> int:
         *args.pytest_args,
         *suite,
     ]
-    print(f"+ (cd {testroot} && python {' '.join(cmd[1:])})", flush=True)
+    path = env.get("PYTHONPATH")
+    where = f"PYTHONPATH={path} " if path else ""
+    print(f"+ (cd {testroot} && {where}python {' '.join(cmd[1:])})", flush=True)
     rc = run_pytest(cmd, testroot, env, args.time_limit)
     if rc == 124:
         print(

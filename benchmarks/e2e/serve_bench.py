@@ -147,7 +147,7 @@ class MachineSampler:
     """Samples the GPU's SM clock, utilisation and power and the host's CPU
     load every ``period_s`` in a background thread, so that each measured
     case can say what the machine was doing while it ran (step times of the
-    same engine moved by up to 40% between rounds on a shared H200 host).
+    same engine moved by up to 75% between rounds on one H200 host).
     Without NVML (no GPU) it samples nothing and reports None."""
 
     def __init__(self, period_s: float = 0.05, device: int = 0):
@@ -250,11 +250,15 @@ class MeasureTurns:
         if self.path is not None:
             open(self._ready_path(self.index, first_round), "w").close()
 
-    async def _until(self, done, what: str, timeout_s: float) -> None:
+    async def _until(
+        self, done, what: str, timeout_s: float, raise_on_abort: bool = True
+    ) -> None:
         deadline = time.monotonic() + timeout_s
         while True:
             text = self._read() if os.path.exists(self.path) else "0"
             if text == "abort":
+                if not raise_on_abort:
+                    return
                 raise RuntimeError("another run sharing the GPU failed")
             if done(int(text or 0)):
                 return
@@ -282,10 +286,14 @@ class MeasureTurns:
         await self._until(ours, f"turn {turn}", timeout_s)
 
     async def wait_all(self, end_round: int, timeout_s: float = 3600.0) -> None:
-        """Until every run has measured its rounds before ``end_round``."""
+        """Until every run has measured its rounds before ``end_round``, or
+        another run failed (this one's results stand)."""
         if self.path is not None:
             await self._until(
-                lambda n: n >= end_round * self.count, "the last turn", timeout_s
+                lambda n: n >= end_round * self.count,
+                "the last turn",
+                timeout_s,
+                raise_on_abort=False,
             )
 
     def done(self, round_idx: int) -> None:
@@ -316,7 +324,7 @@ async def _measure_round(
     cfg: dict,
     vocab: int,
     round_idx: int,
-    sampler: MachineSampler | None = None,
+    sampler: MachineSampler,
 ) -> dict:
     """One round: single requests at each context, then the concurrent and
     batch cases.  Each round draws its own prompts (no prefix-cache hits)."""
@@ -333,8 +341,7 @@ async def _measure_round(
         stats = _decode_stats(rec)
         counters = await _spec_since(spec_before)
         stats.update(spec_step_report(counters, _itl_stats(stats, ITL_KEYS)))
-        if sampler is not None:
-            stats["machine"] = sampler.summary(*_decode_window(rec))
+        stats["machine"] = sampler.summary(*_decode_window(rec))
         result["single"][str(ctx)] = stats
         log(f"{cfg['name']} ctx {ctx}: {result['single'][str(ctx)]}")
     if cfg["concurrent"]:
@@ -401,8 +408,7 @@ async def _measure_round(
         result["batch"].update(
             spec_step_report(counters, _itl_stats(result["batch"], ITL_KEYS))
         )
-        if sampler is not None:
-            result["batch"]["machine"] = sampler.summary(start, end)
+        result["batch"]["machine"] = sampler.summary(start, end)
         log(f"{cfg['name']} batch: {result['batch']}")
     return result
 
@@ -423,15 +429,15 @@ async def _measure(cfg: dict) -> dict:
         engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
         vocab = model_vocab_size(cfg["model"])
         # Every --spec of a run takes its own rounds of turns.
-        first_round = cfg.get("first_round", 0)
+        first_round, num_rounds = cfg.get("first_round", 0), cfg.get("rounds", 1)
         turns.ready(first_round)
-        for r in range(cfg.get("rounds", 1)):
+        for r in range(num_rounds):
             await turns.wait(first_round + r, first_round)
-            log(f"{cfg['name']}: measuring, round {r + 1}/{cfg.get('rounds', 1)}")
+            log(f"{cfg['name']}: measuring, round {r + 1}/{num_rounds}")
             rounds.append(await _measure_round(engine, cfg, vocab, r, sampler))
             turns.done(first_round + r)
         # The other engines measure their last turns before this one exits.
-        await turns.wait_all(first_round + cfg.get("rounds", 1))
+        await turns.wait_all(first_round + num_rounds)
     except BaseException:
         turns.abort()
         raise

@@ -65,14 +65,17 @@ def test_report_args():
     assert any(a.startswith("-Wignore:") for a in cpu)
 
 
-def test_gpu_stage_runs_verbose_with_time_limit(monkeypatch, capsys):
-    """`make test-gpu STAGE=engine`: only that stage's tests, each result
-    printed as it finishes, and the stage's time limit handed on."""
-    seen = {}
+@pytest.fixture
+def gpu_cli(monkeypatch):
+    """``forktool test --gpu`` with CUDA reported usable, the installed
+    version current and nothing copied; each pytest run is recorded as
+    (cmd, time_limit) and returns the next of ``rcs`` (0 once they run out)."""
+    calls: list[tuple[list[str], float | None]] = []
+    rcs: list[int] = []
 
     def fake_run_pytest(cmd, cwd, env, time_limit=None):
-        seen.update(cmd=cmd, time_limit=time_limit)
-        return 0
+        calls.append((cmd, time_limit))
+        return rcs.pop(0) if rcs else 0
 
     def fake_probe(cmd, *a, **kw):
         return subprocess.CompletedProcess(cmd, 0, "True\n", "")
@@ -84,37 +87,29 @@ def test_gpu_stage_runs_verbose_with_time_limit(monkeypatch, capsys):
     monkeypatch.setattr(cli, "_ensure_tree", lambda args, pin: ROOT / "build" / "x")
     monkeypatch.setattr(cli.shutil, "copytree", lambda *a, **kw: None)
     monkeypatch.setattr(cli.shutil, "copy2", lambda *a, **kw: None)
+    return calls, rcs
+
+
+def test_gpu_stage_runs_verbose_with_time_limit(gpu_cli, capsys):
+    """`make test-gpu STAGE=engine`: only that stage's tests, each result
+    printed as it finishes, and the stage's time limit handed on."""
+    calls, _ = gpu_cli
     argv = ["test", "--gpu", "--stage", "engine", "--time-limit", "480"]
     assert cli.main(argv) == 0
-    cmd = seen["cmd"]
-    assert "-v" in cmd and "-rA" in cmd and seen["time_limit"] == 480
+    [(cmd, time_limit)] = calls
+    assert "-v" in cmd and "-rA" in cmd and time_limit == 480
     tests = [a for a in cmd if a.startswith("tests/")]
     assert tests == read_suite(GPU_SUITE, "engine")
     assert cli.main(["test", "--gpu", "--stage", "nope"]) == 2
     assert "no stage 'nope'" in capsys.readouterr().err
 
 
-def test_gpu_suite_runs_each_stage_in_its_own_pytest(monkeypatch, capsys):
+def test_gpu_suite_runs_each_stage_in_its_own_pytest(gpu_cli, capsys):
     """Without --stage every stage runs, one pytest each (a stage's -k
     narrows only its own files), each under the time limit; a cut or failed
     stage does not stop the next, and the run fails with the first failure."""
-    calls = []
-    rcs = iter([0, 124, 0, 1, 0])
-
-    def fake_run_pytest(cmd, cwd, env, time_limit=None):
-        calls.append((cmd, time_limit))
-        return next(rcs)
-
-    def fake_probe(cmd, *a, **kw):
-        return subprocess.CompletedProcess(cmd, 0, "True\n", "")
-
-    monkeypatch.setattr(cli, "run_pytest", fake_run_pytest)
-    monkeypatch.setattr(cli.subprocess, "run", fake_probe)
-    monkeypatch.setattr(cli, "fork_version", lambda pin, tree: "1")
-    monkeypatch.setattr(cli.importlib.metadata, "version", lambda name: "1")
-    monkeypatch.setattr(cli, "_ensure_tree", lambda args, pin: ROOT / "build" / "x")
-    monkeypatch.setattr(cli.shutil, "copytree", lambda *a, **kw: None)
-    monkeypatch.setattr(cli.shutil, "copy2", lambda *a, **kw: None)
+    calls, rcs = gpu_cli
+    rcs.extend([0, 124, 0, 1, 0])
     stages = stages_of(GPU_SUITE)
     assert len(stages) == 5
     assert cli.main(["test", "--gpu", "--time-limit", "480"]) == 124

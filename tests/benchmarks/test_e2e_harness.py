@@ -588,6 +588,13 @@ def test_measure_turns_alternate_runs_and_stop_on_failure(tmp_path):
 
     with pytest.raises(RuntimeError, match="failed"):
         asyncio.run(failing())
+
+    async def finished_then_other_failed():
+        # A run that measured all its turns keeps its results when the other
+        # fails afterwards: waiting for the last turn just ends.
+        await serve_bench.MeasureTurns(path, 0, 2).wait_all(3, timeout_s=10)
+
+    asyncio.run(finished_then_other_failed())
     with pytest.raises(ValueError):
         serve_bench.MeasureTurns(path, 2, 2)
 
