@@ -1,0 +1,82 @@
+"""Check and time ws_verify (warp-specialised verify kernel) against the series' kernel and FA3 (H200).
+Usage: python ws_runs.py check | time      (results: $OUT/ws_runs.json, appended per mode)"""
+import json, os, sys, time, types
+sys.path.insert(0, "benchmarks/kernels"); sys.path.insert(0, "experiments/int8_verify_gluon")
+import torch, benchmark_int8_kv_attention as B
+from vllm.v1.attention.ops import triton_int8_split_kv_attention as M
+import ws_verify as W
+
+args = types.SimpleNamespace(num_q_heads=24, num_kv_heads=4, head_size=256, copy_bytes=400 * 2**20,
+                             with_unified=False, no_errors=False)
+VARIANTS = {  # name -> ws_launch keyword arguments
+    "pp0": dict(pingpong=0, vh_stages=2),
+    "pp1": dict(pingpong=1, vh_stages=2),
+    "pp1v3": dict(pingpong=1, vh_stages=3),
+    "pp1lazy": dict(pingpong=1, lazy=1, vh_stages=2),
+    "pp1lazyv3": dict(pingpong=1, lazy=1, vh_stages=3),
+}
+if os.environ.get("WS_VARIANTS"):
+    VARIANTS = {k: VARIANTS[k] for k in os.environ["WS_VARIANTS"].split(",")}
+scratch = [torch.empty(M.MAX_PARTIALS, 24, 256, device="cuda"), torch.empty(M.MAX_PARTIALS, 24, device="cuda"),
+           torch.empty(M.MAX_PARTIALS, 24, device="cuda")]
+out_path = os.path.join(os.environ.get("OUT", "/tmp"), "ws_runs.json")
+res = json.load(open(out_path)) if os.path.exists(out_path) else []
+
+
+def ws_fn(case, **kw):
+    seg_mult = kw.pop("seg_mult", 1)
+    ns = None
+    if seg_mult != 1:
+        ns = W.ws_launch(case.q, *case.int8[0], case.out, case.cu_q, case.seq_lens, case.block_table, case.qlen,
+                         case.ctx, case.scale, *scratch, **kw) * seg_mult
+    def fn(i):
+        W.ws_launch(case.q, *case.int8[i], case.out, case.cu_q, case.seq_lens, case.block_table, case.qlen,
+                    case.ctx, case.scale, *scratch, num_segments=ns, **kw)
+    return fn
+
+
+mode = sys.argv[1]
+if mode == "check":
+    ok = True
+    for batch, ctx, qlen, bs in [(1, 1000, 6, 16), (1, 1001, 6, 1600), (1, 997, 16, 16), (2, 70, 8, 16),
+                                 (3, 4099, 12, 1600), (1, 33, 16, 16), (1, 40000, 6, 16), (2, 40000, 16, 1600),
+                                 (1, 5000, 1, 16), (1, 300, 2, 16), (3, 6, 6, 16), (2, 31, 6, 16), (1, 64, 16, 16)]:
+        case = B.Case(args, batch, ctx, qlen, bs)
+        deq = case.ref_first_request(*case.dequant_first_request())
+        row = dict(mode="check", batch=batch, ctx=ctx, qlen=qlen, block=bs)
+        case.out.fill_(float("nan")); B.make_impls(case, args)["int8_split_kv"][0](0); torch.cuda.synchronize()
+        row["series_err"] = round(B.rel_err(case.out[:qlen], deq), 5)
+        for name, kw in VARIANTS.items():
+            t0 = time.time()
+            case.out.fill_(float("nan")); ws_fn(case, **dict(kw))(0); torch.cuda.synchronize()
+            row[name + "_err"] = round(B.rel_err(case.out[:qlen], deq), 5)
+            row[name + "_finite"] = bool(torch.isfinite(case.out).all())
+            ok &= row[name + "_err"] < 0.01 and row[name + "_finite"]
+            row[name + "_s"] = round(time.time() - t0, 1)
+        res.append(row); print(json.dumps(row), flush=True)
+        json.dump(res, open(out_path, "w"), indent=1)
+    print("CHECK", "ok" if ok else "FAILED", flush=True)
+    sys.exit(0 if ok else 1)
+
+timed = [(1, 131072, 6, 16), (1, 131072, 16, 16), (1, 131072, 8, 1600), (1, 131072, 12, 1600),
+         (1, 32768, 16, 16), (8, 32768, 6, 16), (8, 131072, 8, 1600), (8, 32768, 16, 16), (1, 131072, 4, 16)]
+for batch, ctx, qlen, bs in timed:
+    t0 = time.time()
+    case = B.Case(args, batch, ctx, qlen, bs)
+    impls = B.make_impls(case, args)
+    fa = [k for k in impls if k.startswith("fa")][0]
+    row = dict(mode="time", batch=batch, ctx=ctx, qlen=qlen, block=bs,
+               fa3=round(B.time_graph(impls[fa][0], case.copies_bf16), 1),
+               series=round(B.time_graph(impls["int8_split_kv"][0], case.copies), 1))
+    for name, kw in VARIANTS.items():
+        row[name] = round(B.time_graph(ws_fn(case, **dict(kw)), case.copies), 1)
+    row["series2"] = round(B.time_graph(impls["int8_split_kv"][0], case.copies), 1)
+    res.append(row); print(json.dumps(row), f"{time.time() - t0:.0f}s", flush=True)
+    json.dump(res, open(out_path, "w"), indent=1)
+    del case, impls; torch.cuda.empty_cache()
+print("\nFA3 / time")
+for r in res:
+    if r.get("mode") == "time":
+        s = min(r["series"], r["series2"])
+        print(f"b{r['batch']} {r['ctx'] // 1024}K q{r['qlen']} bs{r['block']}: fa3 {r['fa3']} series {s} "
+              f"({r['fa3'] / s:.2f})" + "".join(f" {k} {r[k]} ({r['fa3'] / r[k]:.2f})" for k in VARIANTS))
