@@ -168,6 +168,9 @@ def _consumer(
         my_tiles = n_tiles
         other_tiles = n_tiles
     if PINGPONG:
+        # A consumer waits for its next tile while its P.V reads the current
+        # widened V: the producer must not need that buffer for the next one.
+        gl.static_assert(VH_STAGES > (2 if TILE_SPLIT else 1))
         # The two consumers take turns on the tensor cores: a consumer's
         # GEMM phase (P.V of its tile and Q.K of its next tile) runs while
         # the other one computes its softmax.  Phase k of consumer 0 follows
