@@ -16,6 +16,8 @@ VARIANTS = {  # name -> ws_launch keyword arguments ("series": whatever the inst
     "s5a3": dict(stages=5, ahead=3, vh_stages=3),
     "s6a4": dict(stages=6, ahead=4, vh_stages=3),
     "s6a5": dict(stages=6, ahead=5, vh_stages=3),
+    # Without the consumers' turns (no gain in run 2; the windowed form then needs no spill), 2 fp16 tiles.
+    "s6a4np": dict(stages=6, ahead=4, vh_stages=2, pingpong=0),
     # K and V^T by TMA from one producer thread (scales by cp.async).
     "tma_s4a2": dict(stages=4, ahead=2, vh_stages=3, use_tma=True),
     "tma_s6a4": dict(stages=6, ahead=4, vh_stages=3, use_tma=True),

@@ -527,7 +527,8 @@ def _tma_descriptors(k_cache, v_cache, head_size, use_tma):
 
 def ws_launch(q, k_cache, v_cache, k_scale_cache, v_scale_cache, out, cu_seqlens_q, seqused_k, block_table,
               max_query_len, max_seq_len, softmax_scale, segm_output, segm_max, segm_expsum,
-              num_segments=None, stages=4, vh_stages=3, ahead=2, consumer_regs=224, maxnreg=168, causal=True, pingpong=1, use_tma=False):
+              num_segments=None, stages=4, vh_stages=3, ahead=2, consumer_regs=224, maxnreg=168, causal=True, pingpong=1, use_tma=False,
+              tile=32):
     """Launch the warp-specialised kernel and the series' reduce kernel (no checks beyond the series' own); returns
     the number of segments launched."""
     from vllm.v1.attention.ops import triton_int8_split_kv_attention as M
@@ -546,7 +547,7 @@ def ws_launch(q, k_cache, v_cache, k_scale_cache, v_scale_cache, out, cu_seqlens
         # One wave of one-CTA-per-SM programs, at least 4 tiles per consumer.
         while (
             num_kv_heads * row_splits * num_seqs * num_segments * 2 <= sms
-            and max_seq_len // (num_segments * 2 * 32 * (2 if tile_split else 1)) >= 4
+            and max_seq_len // (num_segments * 2 * tile * (2 if tile_split else 1)) >= 4
         ):
             num_segments *= 2
     n_part = num_segments * (2 if tile_split else 1)
@@ -558,7 +559,7 @@ def ws_launch(q, k_cache, v_cache, k_scale_cache, v_scale_cache, out, cu_seqlens
         q_stride_0=q.stride(0), q_stride_1=q.stride(1), out_stride_0=out.stride(0), out_stride_1=out.stride(1),
         block_table_stride=block_table.stride(0), stride_page=k_cache.stride(0), stride_head=k_cache.stride(2),
         stride_scale_page=k_scale_cache.stride(0), stride_scale_head=k_scale_cache.stride(2),
-        NUM_QUERIES_PER_KV=g, ROW_SPLITS=row_splits, HEAD_SIZE=head_size, BLOCK_SIZE=block_size, TILE_SIZE=32,
+        NUM_QUERIES_PER_KV=g, ROW_SPLITS=row_splits, HEAD_SIZE=head_size, BLOCK_SIZE=block_size, TILE_SIZE=tile,
         P_LOG2_SCALE=M.P_LOG2_SCALE, RESCALE_THRESHOLD=M.RESCALE_THRESHOLD, SLIDING_WINDOW=0,
         TILE_SPLIT=tile_split, STAGES=stages, VH_STAGES=vh_stages, AHEAD=ahead, CONSUMER_REGS=consumer_regs, PINGPONG=pingpong,
         USE_TMA=use_tma, **_tma_descriptors(k_cache, v_cache, head_size, use_tma),
