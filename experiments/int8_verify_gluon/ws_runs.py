@@ -18,6 +18,11 @@ VARIANTS = {  # name -> ws_launch keyword arguments ("series": whatever the inst
     "s6a5": dict(stages=6, ahead=5, vh_stages=3),
     # Without the consumers' turns (no gain in run 2; the windowed form then needs no spill), 2 fp16 tiles.
     "s6a4np": dict(stages=6, ahead=4, vh_stages=2, pingpong=0),
+    # pingpong=2: no turns, Q.K's two products chained into one int32 accumulator (254 * hi, then + lo), which
+    # leaves the registers for 64-token tiles (fewer softmax steps, rescales and hand-offs per token).
+    "c32": dict(stages=4, ahead=2, vh_stages=2, pingpong=2),
+    "t64c": dict(stages=2, ahead=1, vh_stages=2, pingpong=2, tile=64),
+    "t64c3": dict(stages=3, ahead=2, vh_stages=2, pingpong=2, tile=64),
     # K and V^T by TMA from one producer thread (scales by cp.async).
     "tma_s4a2": dict(stages=4, ahead=2, vh_stages=3, use_tma=True),
     "tma_s6a4": dict(stages=6, ahead=4, vh_stages=3, use_tma=True),

@@ -146,7 +146,7 @@ def _softmax_tile(
     s_hi, s_lo, k_scale, v_scale, j, m_i, l_i, acc, v_ref,
     row_qk_scale, t_col, seq_len, q_pos, kv_limit, full_lo, full_hi,
     TILE_SIZE: gl.constexpr, P_LOG2_SCALE: gl.constexpr, RESCALE_THRESHOLD: gl.constexpr,
-    SLIDING_WINDOW: gl.constexpr,
+    SLIDING_WINDOW: gl.constexpr, CHAINED: gl.constexpr = False,
 ):
     """Tile j's scores -> P (fp16, the A operand of P.V); the running state (m_i, l_i, acc, v_ref) moved along."""
     row_o: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
@@ -156,8 +156,12 @@ def _softmax_tile(
     if masked:
         k_scale = gl.where(pos < seq_len, k_scale, 0.0)
         v_scale = gl.where(pos < seq_len, v_scale, 0.0)
+    if CHAINED:
+        s_int = s_hi
+    else:
+        s_int = s_hi * 254 + s_lo
     S = (
-        (s_hi * 254 + s_lo).to(gl.float32)
+        s_int.to(gl.float32)
         * gl.expand_dims(row_qk_scale, 1)
         * gl.expand_dims(k_scale, 0)
     )
@@ -251,7 +255,7 @@ def _consumer(
     else:
         my_tiles = n_tiles
         other_tiles = n_tiles
-    if PINGPONG:
+    if PINGPONG == 1:
         # A consumer waits for its next tile while its P.V reads the current
         # widened V: the producer must not need that buffer for the next one.
         gl.static_assert(VH_STAGES > (2 if TILE_SPLIT else 1))
@@ -323,16 +327,27 @@ def _consumer(
             h = i % VH_STAGES
             mbarrier.wait(ready.index(s), (i // STAGES) & 1)
             k_t = k_smem.index(s).permute([1, 0])
-            s_hi = warpgroup_mma(q_hi_smem, k_t, s_zero, use_acc=False, is_async=True)
-            s_lo = warpgroup_mma(q_lo_smem, k_t, s_zero, use_acc=False, is_async=True)
-            k_scale = ks_smem.index(s).load(col_s)
-            v_scale = vs_smem.index(s).load(col_s)
-            s_hi, s_lo = warpgroup_mma_wait(0, deps=[s_hi, s_lo])
+            if PINGPONG == 2:
+                # One int32 accumulator: 254 * (q_hi . K), then + q_lo . K
+                # (half the score registers, two dependent products).
+                s_hi = warpgroup_mma(q_hi_smem, k_t, s_zero, use_acc=False, is_async=True)
+                k_scale = ks_smem.index(s).load(col_s)
+                v_scale = vs_smem.index(s).load(col_s)
+                s_hi = warpgroup_mma_wait(0, deps=[s_hi])
+                s_hi = warpgroup_mma(q_lo_smem, k_t, s_hi * 254, use_acc=True, is_async=True)
+                s_hi = warpgroup_mma_wait(0, deps=[s_hi])
+                s_lo = s_hi
+            else:
+                s_hi = warpgroup_mma(q_hi_smem, k_t, s_zero, use_acc=False, is_async=True)
+                s_lo = warpgroup_mma(q_lo_smem, k_t, s_zero, use_acc=False, is_async=True)
+                k_scale = ks_smem.index(s).load(col_s)
+                v_scale = vs_smem.index(s).load(col_s)
+                s_hi, s_lo = warpgroup_mma_wait(0, deps=[s_hi, s_lo])
             mbarrier.arrive(kfree.index(s))
             P_v, acc, m_i, l_i, v_ref = _softmax_tile(
                 s_hi, s_lo, k_scale, v_scale, tile_lo + i, m_i, l_i, acc, v_ref,
                 row_qk_scale, t_col, seq_len, q_pos, kv_limit, full_lo, full_hi,
-                TILE_SIZE, P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW,
+                TILE_SIZE, P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, PINGPONG == 2,
             )
             acc = warpgroup_mma(P_v, vh_smem.index(h).permute([1, 0]), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=[acc])
