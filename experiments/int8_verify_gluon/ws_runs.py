@@ -56,6 +56,8 @@ if mode == "check":
 
 timed = [(1, 131072, 6, 16), (1, 131072, 16, 16), (1, 131072, 8, 1600), (1, 131072, 12, 1600),
          (1, 32768, 6, 16), (8, 32768, 16, 16)]
+if os.environ.get("WS_TIMED"):  # "batch,ctx,qlen,block;..."
+    timed = [tuple(int(x) for x in c.split(",")) for c in os.environ["WS_TIMED"].split(";")]
 for batch, ctx, qlen, bs in timed:
     t0 = time.time()
     case = B.Case(args, batch, ctx, qlen, bs)
