@@ -12,12 +12,29 @@ stages, vh, ahead, regs, maxnreg = a[2] or 4, a[3] or 3, a[4] or 2, a[5] or 224,
 consts = dict(num_query_heads=24, NUM_QUERIES_PER_KV=6, ROW_SPLITS=1, HEAD_SIZE=256, BLOCK_SIZE=bs, TILE_SIZE=32,
               P_LOG2_SCALE=6.0, RESCALE_THRESHOLD=8.0, SLIDING_WINDOW=0, TILE_SPLIT=split, STAGES=stages,
               VH_STAGES=vh, AHEAD=ahead, CONSUMER_REGS=regs,
-              PINGPONG=int(os.environ.get("PINGPONG", 1)), LAZY=int(os.environ.get("LAZY", 0)))
+              PINGPONG=int(os.environ.get("PINGPONG", 1)), LAZY=int(os.environ.get("LAZY", 0)),
+              USE_TMA=int(os.environ.get("TMA", 0)))
+types = {}
+if consts["USE_TMA"]:
+    import torch
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from triton.runtime.jit import mangle_type
+    lay = gl.NVMMASharedLayout.get_default_for
+    i8 = torch.empty(1 << 20, dtype=torch.int8)
+    page, hs = 4 * 520 * bs, 520 * bs
+    types = {n: mangle_type(d) for n, d in dict(
+        k_desc=TensorDescriptor(i8, [4, 4, bs, 256], [page, hs, 256, 1], [1, 1, 16, 256], lay([1, 1, 16, 256], gl.int8)),
+        v_desc=TensorDescriptor(i8, [4, 4, 256, bs], [page, hs, bs, 1], [1, 1, 256, 16], lay([1, 1, 256, 16], gl.int8)),
+    ).items()}
+else:
+    consts.update(k_desc=None, v_desc=None)
 ptrs = {"out_ptr": "*bf16", "q_ptr": "*bf16", "k_cache_ptr": "*i8", "v_cache_ptr": "*i8",
         "block_table_ptr": "*i32", "seq_lens_ptr": "*i32", "query_start_loc_ptr": "*i32"}
 sig, aligned = {}, []
 for i, n in enumerate(k.arg_names):
     if n in consts: sig[n] = "constexpr"
+    elif n in types: sig[n] = types[n]
     elif n == "qk_scale": sig[n] = "fp32"
     elif n in ("num_segments", "causal"): sig[n] = "i32"
     elif n.endswith("_ptr"): sig[n] = ptrs.get(n, "*fp32"); aligned.append(i)

@@ -1,5 +1,7 @@
 """Check and time ws_verify (warp-specialised verify kernel) against the series' kernel and FA3 (H200).
-Usage: python ws_runs.py check | time      (results: $OUT/ws_runs.json, appended per mode)"""
+Usage: python ws_runs.py check | time      (results: $OUT/ws_runs.json, appended per mode)
+Env: WS_VARIANTS=name,... (a subset of VARIANTS), WS_TIMED="batch,ctx,qlen,block;..." (the timed cases).
+Run with PYTHONUNBUFFERED=1 and a `timeout` on each mode: a hand-off bug hangs the GPU instead of failing."""
 import json, os, sys, time, types
 sys.path.insert(0, "benchmarks/kernels"); sys.path.insert(0, "experiments/int8_verify_gluon")
 import torch, benchmark_int8_kv_attention as B
@@ -8,8 +10,15 @@ import ws_verify as W
 
 args = types.SimpleNamespace(num_q_heads=24, num_kv_heads=4, head_size=256, copy_bytes=400 * 2**20,
                              with_unified=False, no_errors=False)
-VARIANTS = {  # name -> ws_launch keyword arguments ("series" is the series' launcher: ping-pong, 3 V tiles)
-    "pp1lazyv3": dict(pingpong=1, lazy=1, vh_stages=3),
+VARIANTS = {  # name -> ws_launch keyword arguments ("series": whatever the installed series' launcher runs)
+    # Memory in flight: int8 stages and tiles copied ahead of the widening (one program per SM).
+    "s4a2": dict(stages=4, ahead=2, vh_stages=3),
+    "s5a3": dict(stages=5, ahead=3, vh_stages=3),
+    "s6a4": dict(stages=6, ahead=4, vh_stages=3),
+    "s6a5": dict(stages=6, ahead=5, vh_stages=3),
+    # K and V^T by TMA from one producer thread (scales by cp.async).
+    "tma_s4a2": dict(stages=4, ahead=2, vh_stages=3, use_tma=True),
+    "tma_s6a4": dict(stages=6, ahead=4, vh_stages=3, use_tma=True),
 }
 if os.environ.get("WS_VARIANTS"):
     VARIANTS = {k: VARIANTS[k] for k in os.environ["WS_VARIANTS"].split(",")}
@@ -55,7 +64,7 @@ if mode == "check":
     sys.exit(0 if ok else 1)
 
 timed = [(1, 131072, 6, 16), (1, 131072, 16, 16), (1, 131072, 8, 1600), (1, 131072, 12, 1600),
-         (1, 32768, 6, 16), (8, 32768, 16, 16)]
+         (1, 32768, 6, 16), (8, 32768, 16, 16), (8, 131072, 8, 1600), (1, 131072, 4, 16)]
 if os.environ.get("WS_TIMED"):  # "batch,ctx,qlen,block;..."
     timed = [tuple(int(x) for x in c.split(",")) for c in os.environ["WS_TIMED"].split(";")]
 for batch, ctx, qlen, bs in timed:

@@ -22,12 +22,14 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
+    tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
 
 from vllm.v1.attention.ops.triton_int8_split_kv_wgmma import (
     _issue_tile,
+    _run_bases,
     _tile_blocks,
     _widen,
 )
@@ -91,6 +93,80 @@ def _producer(
         v8 = v_smem.index(s).load(V_LOAD)
         mbarrier.wait(vhfree.index(h), ((i // VH_STAGES) & 1) ^ 1)
         vh_smem.index(h).store(_widen(v8))
+        fence_async_shared()
+        mbarrier.arrive(ready.index(s))
+    async_copy.wait_group(0)
+
+
+@gluon.jit
+def _issue_tma(
+    k_desc, v_desc, k_smem, v_runs, ks_smem, vs_smem, tbar, stage, tile, blocks, kv_head_idx,
+    ks_head_ptr, vs_head_ptr, t_s, stride_scale_page,
+    HEAD_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, BLOCK_SIZE: gl.constexpr,
+):
+    # K and V^T of each 16-token run by TMA (one thread issues; the mbarrier counts the bytes), the scales by
+    # cp.async (128 bytes per operand and tile, waited with the copy group).
+    RUN_COUNT: gl.constexpr = TILE_SIZE // 16
+    bar = tbar.index(stage)
+    # The stage's previous contents were read through the generic proxy.
+    fence_async_shared()
+    mbarrier.expect(bar, RUN_COUNT * 2 * 16 * HEAD_SIZE)
+    runs = gl.arange(0, RUN_COUNT, layout=blocks.type.layout)
+    for r in gl.static_range(RUN_COUNT):
+        block = gl.sum(gl.where(runs == r, blocks, 0), axis=0)
+        in_block = (tile * TILE_SIZE + 16 * r) % BLOCK_SIZE
+        tma.async_copy_global_to_shared(
+            k_desc, [block, kv_head_idx, in_block, 0], bar, k_smem.index(stage).slice(16 * r, 16)
+        )
+        tma.async_copy_global_to_shared(
+            v_desc, [block, kv_head_idx, 0, in_block], bar, v_runs.index(stage * RUN_COUNT + r)
+        )
+    s_off = _run_bases(blocks, tile, t_s, stride_scale_page, 1, TILE_SIZE, BLOCK_SIZE) + (t_s % 16)
+    async_copy.async_copy_global_to_shared(ks_smem.index(stage), ks_head_ptr + s_off)
+    async_copy.async_copy_global_to_shared(vs_smem.index(stage), vs_head_ptr + s_off)
+
+
+@gluon.jit
+def _producer_tma(
+    k_desc, v_desc, k_smem, v_runs, v_read, ks_smem, vs_smem, vh_smem, tbar, ready, kfree, vhfree,
+    block_table_row, ks_head_ptr, vs_head_ptr, kv_head_idx,
+    seq_len, tile_lo, n_tiles, stride_scale_page,
+    HEAD_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, BLOCK_SIZE: gl.constexpr,
+    STAGES: gl.constexpr, VH_STAGES: gl.constexpr, AHEAD: gl.constexpr,
+):
+    NUM_WARPS: gl.constexpr = gl.num_warps()
+    RUN_COUNT: gl.constexpr = TILE_SIZE // 16
+    S_LOAD: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
+    RUNS: gl.constexpr = gl.BlockedLayout([RUN_COUNT], [32], [NUM_WARPS], [0])
+    V_RUN: gl.constexpr = gl.BlockedLayout([1, 16], [32, 1], [NUM_WARPS, 1], [1, 0])
+    t_s = gl.arange(0, TILE_SIZE, layout=S_LOAD)
+    for p in gl.static_range(AHEAD):
+        if p < n_tiles:
+            _issue_tma(
+                k_desc, v_desc, k_smem, v_runs, ks_smem, vs_smem, tbar, p, tile_lo + p,
+                _tile_blocks(block_table_row, tile_lo + p, seq_len, TILE_SIZE, BLOCK_SIZE, RUNS),
+                kv_head_idx, ks_head_ptr, vs_head_ptr, t_s, stride_scale_page, HEAD_SIZE, TILE_SIZE, BLOCK_SIZE,
+            )
+        async_copy.commit_group()
+    next_blocks = _tile_blocks(block_table_row, tile_lo + AHEAD, seq_len, TILE_SIZE, BLOCK_SIZE, RUNS)
+    for i in range(n_tiles):
+        nxt = i + AHEAD
+        if nxt < n_tiles:
+            mbarrier.wait(kfree.index(nxt % STAGES), ((nxt // STAGES) & 1) ^ 1)
+            _issue_tma(
+                k_desc, v_desc, k_smem, v_runs, ks_smem, vs_smem, tbar, nxt % STAGES, tile_lo + nxt, next_blocks,
+                kv_head_idx, ks_head_ptr, vs_head_ptr, t_s, stride_scale_page, HEAD_SIZE, TILE_SIZE, BLOCK_SIZE,
+            )
+        async_copy.commit_group()
+        next_blocks = _tile_blocks(block_table_row, tile_lo + nxt + 1, seq_len, TILE_SIZE, BLOCK_SIZE, RUNS)
+        s = i % STAGES
+        mbarrier.wait(tbar.index(s), (i // STAGES) & 1)
+        async_copy.wait_group(AHEAD)
+        gl.thread_barrier()
+        h = i % VH_STAGES
+        mbarrier.wait(vhfree.index(h), ((i // VH_STAGES) & 1) ^ 1)
+        for r in gl.static_range(RUN_COUNT):
+            vh_smem.index(h).slice(16 * r, 16, dim=1).store(_widen(v_read.index(s * RUN_COUNT + r).load(V_RUN)))
         fence_async_shared()
         mbarrier.arrive(ready.index(s))
     async_copy.wait_group(0)
@@ -365,6 +441,7 @@ def kernel_int8_split_kv_verify_ws(
     P_LOG2_SCALE: gl.constexpr, RESCALE_THRESHOLD: gl.constexpr, SLIDING_WINDOW: gl.constexpr,
     TILE_SPLIT: gl.constexpr, STAGES: gl.constexpr, VH_STAGES: gl.constexpr, AHEAD: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, PINGPONG: gl.constexpr, LAZY: gl.constexpr,
+    USE_TMA: gl.constexpr, k_desc, v_desc,
 ):
     ROWS: gl.constexpr = 64
     if TILE_SPLIT:
@@ -410,7 +487,18 @@ def kernel_int8_split_kv_verify_ws(
     q_hi1 = gl.allocate_shared_memory(gl.int8, [ROWS, HEAD_SIZE], q_shared)
     q_lo1 = gl.allocate_shared_memory(gl.int8, [ROWS, HEAD_SIZE], q_shared)
     k_smem = gl.allocate_shared_memory(gl.int8, [STAGES, TILE_SIZE, HEAD_SIZE], k_shared)
-    v_smem = gl.allocate_shared_memory(gl.int8, [STAGES, HEAD_SIZE, TILE_SIZE], v_shared)
+    if USE_TMA:
+        RUN_COUNT: gl.constexpr = TILE_SIZE // 16
+        v_runs = gl.allocate_shared_memory(gl.int8, [STAGES * RUN_COUNT, 1, 1, HEAD_SIZE, 16], v_desc.layout)
+        # 16-byte rows: no swizzle, so the boxes read back as [HEAD_SIZE, 16] tiles.
+        v_read = v_runs._reinterpret(
+            gl.int8, [STAGES * RUN_COUNT, HEAD_SIZE, 16], gl.NVMMASharedLayout.get_default_for([HEAD_SIZE, 16], gl.int8)
+        )
+        tbar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for s in gl.static_range(STAGES):
+            mbarrier.init(tbar.index(s), count=1)
+    else:
+        v_smem = gl.allocate_shared_memory(gl.int8, [STAGES, HEAD_SIZE, TILE_SIZE], v_shared)
     ks_smem = gl.allocate_shared_memory(gl.float32, [STAGES, TILE_SIZE], s_shared)
     vs_smem = gl.allocate_shared_memory(gl.float32, [STAGES, TILE_SIZE], s_shared)
     vh_smem = gl.allocate_shared_memory(gl.float16, [VH_STAGES, HEAD_SIZE, TILE_SIZE], vh_shared)
@@ -433,41 +521,88 @@ def kernel_int8_split_kv_verify_ws(
     vs_head_ptr = v_scale_ptr + kv_head_idx * stride_scale_head
 
     # (Tuples are written out: a tuple held in a variable loses its constexprs.)
-    gl.warp_specialize(
-        [
-            (_producer, (
-        k_smem, v_smem, ks_smem, vs_smem, vh_smem, ready, kfree, vhfree,
-        block_table_row, k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr,
-        seq_len, tile_lo, n_tiles, stride_page, stride_scale_page,
-        HEAD_SIZE, TILE_SIZE, BLOCK_SIZE, STAGES, VH_STAGES, AHEAD,
-            )),
-            (_consumer, (
-        q_hi0, q_lo0, k_smem, ks_smem, vs_smem, vh_smem, ready, kfree, vhfree,
-        out_ptr, segm_out_ptr, segm_max_ptr, segm_expsum_ptr, q_ptr,
-        qk_scale, q_start, q_len, seq_len, kv_head_idx, row0, segm_idx, num_segments,
-        tile_lo, n_tiles, full_lo, full_hi, causal,
-        num_query_heads, q_stride_0, q_stride_1, out_stride_0, out_stride_1,
-        NUM_QUERIES_PER_KV, HEAD_SIZE, TILE_SIZE, STAGES, VH_STAGES,
-        P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, TILE_SPLIT, PINGPONG, LAZY, turn, 0,
-            )),
-            (_consumer, (
-        q_hi1, q_lo1, k_smem, ks_smem, vs_smem, vh_smem, ready, kfree, vhfree,
-        out_ptr, segm_out_ptr, segm_max_ptr, segm_expsum_ptr, q_ptr,
-        qk_scale, q_start, q_len, seq_len, kv_head_idx, row0, segm_idx, num_segments,
-        tile_lo, n_tiles, full_lo, full_hi, causal,
-        num_query_heads, q_stride_0, q_stride_1, out_stride_0, out_stride_1,
-        NUM_QUERIES_PER_KV, HEAD_SIZE, TILE_SIZE, STAGES, VH_STAGES,
-        P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, TILE_SPLIT, PINGPONG, LAZY, turn, 1,
-            )),
-        ],
-        [4, 4],
-        [CONSUMER_REGS, CONSUMER_REGS],
+    if USE_TMA:
+        gl.warp_specialize(
+            [
+                (_producer_tma, (
+            k_desc, v_desc, k_smem, v_runs, v_read, ks_smem, vs_smem, vh_smem, tbar, ready, kfree, vhfree,
+            block_table_row, ks_head_ptr, vs_head_ptr, kv_head_idx,
+            seq_len, tile_lo, n_tiles, stride_scale_page,
+            HEAD_SIZE, TILE_SIZE, BLOCK_SIZE, STAGES, VH_STAGES, AHEAD,
+                )),
+                (_consumer, (
+            q_hi0, q_lo0, k_smem, ks_smem, vs_smem, vh_smem, ready, kfree, vhfree,
+            out_ptr, segm_out_ptr, segm_max_ptr, segm_expsum_ptr, q_ptr,
+            qk_scale, q_start, q_len, seq_len, kv_head_idx, row0, segm_idx, num_segments,
+            tile_lo, n_tiles, full_lo, full_hi, causal,
+            num_query_heads, q_stride_0, q_stride_1, out_stride_0, out_stride_1,
+            NUM_QUERIES_PER_KV, HEAD_SIZE, TILE_SIZE, STAGES, VH_STAGES,
+            P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, TILE_SPLIT, PINGPONG, LAZY, turn, 0,
+                )),
+                (_consumer, (
+            q_hi1, q_lo1, k_smem, ks_smem, vs_smem, vh_smem, ready, kfree, vhfree,
+            out_ptr, segm_out_ptr, segm_max_ptr, segm_expsum_ptr, q_ptr,
+            qk_scale, q_start, q_len, seq_len, kv_head_idx, row0, segm_idx, num_segments,
+            tile_lo, n_tiles, full_lo, full_hi, causal,
+            num_query_heads, q_stride_0, q_stride_1, out_stride_0, out_stride_1,
+            NUM_QUERIES_PER_KV, HEAD_SIZE, TILE_SIZE, STAGES, VH_STAGES,
+            P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, TILE_SPLIT, PINGPONG, LAZY, turn, 1,
+                )),
+            ],
+            [4, 4],
+            [CONSUMER_REGS, CONSUMER_REGS],
+        )
+    else:
+        gl.warp_specialize(
+            [
+                (_producer, (
+            k_smem, v_smem, ks_smem, vs_smem, vh_smem, ready, kfree, vhfree,
+            block_table_row, k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr,
+            seq_len, tile_lo, n_tiles, stride_page, stride_scale_page,
+            HEAD_SIZE, TILE_SIZE, BLOCK_SIZE, STAGES, VH_STAGES, AHEAD,
+                )),
+                (_consumer, (
+            q_hi0, q_lo0, k_smem, ks_smem, vs_smem, vh_smem, ready, kfree, vhfree,
+            out_ptr, segm_out_ptr, segm_max_ptr, segm_expsum_ptr, q_ptr,
+            qk_scale, q_start, q_len, seq_len, kv_head_idx, row0, segm_idx, num_segments,
+            tile_lo, n_tiles, full_lo, full_hi, causal,
+            num_query_heads, q_stride_0, q_stride_1, out_stride_0, out_stride_1,
+            NUM_QUERIES_PER_KV, HEAD_SIZE, TILE_SIZE, STAGES, VH_STAGES,
+            P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, TILE_SPLIT, PINGPONG, LAZY, turn, 0,
+                )),
+                (_consumer, (
+            q_hi1, q_lo1, k_smem, ks_smem, vs_smem, vh_smem, ready, kfree, vhfree,
+            out_ptr, segm_out_ptr, segm_max_ptr, segm_expsum_ptr, q_ptr,
+            qk_scale, q_start, q_len, seq_len, kv_head_idx, row0, segm_idx, num_segments,
+            tile_lo, n_tiles, full_lo, full_hi, causal,
+            num_query_heads, q_stride_0, q_stride_1, out_stride_0, out_stride_1,
+            NUM_QUERIES_PER_KV, HEAD_SIZE, TILE_SIZE, STAGES, VH_STAGES,
+            P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, TILE_SPLIT, PINGPONG, LAZY, turn, 1,
+                )),
+            ],
+            [4, 4],
+            [CONSUMER_REGS, CONSUMER_REGS],
+        )
+
+
+def _tma_descriptors(k_cache, v_cache, head_size, use_tma):
+    """TMA descriptors over the planar caches: [block, KV head, token, channel] (K) and [block, KV head, channel,
+    token] (V^T), the views' own strides permuted; 16-token boxes."""
+    if not use_tma:
+        return dict(k_desc=None, v_desc=None)
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    lay = gl.NVMMASharedLayout.get_default_for
+    kv, vv = k_cache.permute(0, 2, 1, 3), v_cache.permute(0, 2, 3, 1)
+    return dict(
+        k_desc=TensorDescriptor.from_tensor(kv, [1, 1, 16, head_size], lay([1, 1, 16, head_size], gl.int8)),
+        v_desc=TensorDescriptor.from_tensor(vv, [1, 1, head_size, 16], lay([1, 1, head_size, 16], gl.int8)),
     )
 
 
 def ws_launch(q, k_cache, v_cache, k_scale_cache, v_scale_cache, out, cu_seqlens_q, seqused_k, block_table,
               max_query_len, max_seq_len, softmax_scale, segm_output, segm_max, segm_expsum,
-              num_segments=None, stages=4, vh_stages=3, ahead=2, consumer_regs=224, maxnreg=168, causal=True, pingpong=1, lazy=0):
+              num_segments=None, stages=4, vh_stages=3, ahead=2, consumer_regs=224, maxnreg=168, causal=True, pingpong=1, lazy=0, use_tma=False):
     """Returns the number of segments launched."""
     """Launch the warp-specialised kernel and the series' reduce kernel (no checks beyond the series' own)."""
     from vllm.v1.attention.ops import triton_int8_split_kv_attention as M
@@ -503,6 +638,7 @@ def ws_launch(q, k_cache, v_cache, k_scale_cache, v_scale_cache, out, cu_seqlens
         NUM_QUERIES_PER_KV=g, ROW_SPLITS=row_splits, HEAD_SIZE=head_size, BLOCK_SIZE=block_size, TILE_SIZE=32,
         P_LOG2_SCALE=M.P_LOG2_SCALE, RESCALE_THRESHOLD=M.RESCALE_THRESHOLD, SLIDING_WINDOW=0,
         TILE_SPLIT=tile_split, STAGES=stages, VH_STAGES=vh_stages, AHEAD=ahead, CONSUMER_REGS=consumer_regs, PINGPONG=pingpong, LAZY=lazy,
+        USE_TMA=use_tma, **_tma_descriptors(k_cache, v_cache, head_size, use_tma),
         num_warps=4, maxnreg=maxnreg,
     )
     if n_part > 1:
