@@ -1,18 +1,15 @@
 """Offline sm_90 compile of ws_verify.kernel_int8_split_kv_verify_ws: registers per partition, spills, shared memory,
-loop SASS histograms.  Usage: CUDA_VISIBLE_DEVICES= python offline_ws.py BLOCK TILE_SPLIT [STAGES VH AHEAD REGS MAXNREG]"""
+loop SASS histograms.  Usage: CUDA_VISIBLE_DEVICES= python offline_ws.py BLOCK TILE_SPLIT [STAGES VH AHEAD REGS MAXNREG]
+(env PINGPONG=0|1, TMA=0|1)"""
 import os, re, sys; sys.path.insert(0, "experiments/int8_verify_gluon")
-from sass_stats import load_mod, loop_stats, sass
-from triton.backends.compiler import GPUTarget
-from triton.compiler import compile
-from triton.experimental.gluon._runtime import GluonASTSource
+from sass_stats import build, load_mod, loop_stats, sass
 k = load_mod("experiments/int8_verify_gluon/ws_verify.py").kernel_int8_split_kv_verify_ws
 a = [int(x) for x in sys.argv[1:]] + [None] * 8
 bs, split = a[0], a[1]
 stages, vh, ahead, regs, maxnreg = a[2] or 4, a[3] or 3, a[4] or 2, a[5] or 224, a[6] or 168
 consts = dict(num_query_heads=24, NUM_QUERIES_PER_KV=6, ROW_SPLITS=1, HEAD_SIZE=256, BLOCK_SIZE=bs, TILE_SIZE=32,
               P_LOG2_SCALE=6.0, RESCALE_THRESHOLD=8.0, SLIDING_WINDOW=0, TILE_SPLIT=split, STAGES=stages,
-              VH_STAGES=vh, AHEAD=ahead, CONSUMER_REGS=regs,
-              PINGPONG=int(os.environ.get("PINGPONG", 1)), LAZY=int(os.environ.get("LAZY", 0)),
+              VH_STAGES=vh, AHEAD=ahead, CONSUMER_REGS=regs, PINGPONG=int(os.environ.get("PINGPONG", 1)),
               USE_TMA=int(os.environ.get("TMA", 0)))
 types = {}
 if consts["USE_TMA"]:
@@ -29,21 +26,7 @@ if consts["USE_TMA"]:
     ).items()}
 else:
     consts.update(k_desc=None, v_desc=None)
-ptrs = {"out_ptr": "*bf16", "q_ptr": "*bf16", "k_cache_ptr": "*i8", "v_cache_ptr": "*i8",
-        "block_table_ptr": "*i32", "seq_lens_ptr": "*i32", "query_start_loc_ptr": "*i32"}
-sig, aligned = {}, []
-for i, n in enumerate(k.arg_names):
-    if n in consts: sig[n] = "constexpr"
-    elif n in types: sig[n] = types[n]
-    elif n == "qk_scale": sig[n] = "fp32"
-    elif n in ("num_segments", "causal"): sig[n] = "i32"
-    elif n.endswith("_ptr"): sig[n] = ptrs.get(n, "*fp32"); aligned.append(i)
-    else:
-        sig[n] = "i64"
-        if n != "block_table_stride": aligned.append(i)
-src = GluonASTSource(fn=k, signature=sig, constexprs={(k.arg_names.index(n),): v for n, v in consts.items()},
-                     attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
-c = compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=maxnreg))
+c = build(None, k, consts, types=types, gluon=True, maxnreg=maxnreg)
 u, s = sass(c)
 open(f"/tmp/sass_ws_{bs}_{split}.txt", "w").write(s)
 open(f"/tmp/ws_{bs}_{split}.ptx", "w").write(c.asm["ptx"])

@@ -8,10 +8,12 @@ def load_mod(path):
     spec = importlib.util.spec_from_file_location("kmod_" + os.path.basename(path)[:-3], path)
     m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); return m
 
-def build(mod, kernel, constants, arch=90, num_warps=4, num_stages=3, extra_ptrs=None, types=None, gluon=False):
+def build(mod, kernel, constants, arch=90, num_warps=4, num_stages=3, extra_ptrs=None, types=None, gluon=False,
+          maxnreg=None):
     """Compile `kernel` for sm_<arch> without a GPU.  Pointers are 16-byte aligned, other runtime integers i64 and
     divisible by 16 (as the JIT specialises them) except block_table_stride; `types` overrides any argument's type
-    (e.g. "i32" or a tensor descriptor's mangled type), unaligned; `gluon` compiles a Gluon kernel."""
+    (e.g. "i32" or a tensor descriptor's mangled type), unaligned; `gluon` compiles a Gluon kernel; `maxnreg` caps
+    registers per thread (warp-specialised kernels divide them between partitions)."""
     pointers = {"out_ptr": "*bf16", "q_ptr": "*bf16", "k_cache_ptr": "*i8", "v_cache_ptr": "*i8",
                 "block_table_ptr": "*i32", "seq_lens_ptr": "*i32", "query_start_loc_ptr": "*i32"}
     if extra_ptrs: pointers.update(extra_ptrs)
@@ -21,7 +23,7 @@ def build(mod, kernel, constants, arch=90, num_warps=4, num_stages=3, extra_ptrs
         if name in constants: signature[name] = "constexpr"
         elif name in types: signature[name] = types[name]
         elif name == "qk_scale": signature[name] = "fp32"
-        elif name in ("num_segments",): signature[name] = "i32"
+        elif name in ("num_segments", "causal"): signature[name] = "i32"
         elif name.endswith("_ptr"):
             signature[name] = pointers.get(name, "*fp32"); aligned.append(i)
         else:
@@ -33,7 +35,10 @@ def build(mod, kernel, constants, arch=90, num_warps=4, num_stages=3, extra_ptrs
     src = source_cls(fn=kernel, signature=signature,
                      constexprs={(kernel.arg_names.index(k),): v for k, v in constants.items()},
                      attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
-    return compile(src, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=num_warps, num_stages=num_stages))
+    options = dict(num_warps=num_warps, num_stages=num_stages)
+    if maxnreg is not None:
+        options["maxnreg"] = maxnreg
+    return compile(src, target=GPUTarget("cuda", arch, 32), options=options)
 
 
 def wgmma_serialized(compiled, arch=90):

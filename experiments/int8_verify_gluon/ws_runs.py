@@ -29,14 +29,9 @@ res = json.load(open(out_path)) if os.path.exists(out_path) else []
 
 
 def ws_fn(case, **kw):
-    seg_mult = kw.pop("seg_mult", 1)
-    ns = None
-    if seg_mult != 1:
-        ns = W.ws_launch(case.q, *case.int8[0], case.out, case.cu_q, case.seq_lens, case.block_table, case.qlen,
-                         case.ctx, case.scale, *scratch, **kw) * seg_mult
     def fn(i):
         W.ws_launch(case.q, *case.int8[i], case.out, case.cu_q, case.seq_lens, case.block_table, case.qlen,
-                    case.ctx, case.scale, *scratch, num_segments=ns, **kw)
+                    case.ctx, case.scale, *scratch, **kw)
     return fn
 
 
@@ -53,7 +48,7 @@ if mode == "check":
         row["series_err"] = round(B.rel_err(case.out[:qlen], deq), 5)
         for name, kw in VARIANTS.items():
             t0 = time.time()
-            case.out.fill_(float("nan")); ws_fn(case, **dict(kw))(0); torch.cuda.synchronize()
+            case.out.fill_(float("nan")); ws_fn(case, **kw)(0); torch.cuda.synchronize()
             row[name + "_err"] = round(B.rel_err(case.out[:qlen], deq), 5)
             row[name + "_finite"] = bool(torch.isfinite(case.out).all())
             ok &= row[name + "_err"] < 0.01 and row[name + "_finite"]
@@ -76,7 +71,7 @@ for batch, ctx, qlen, bs in timed:
                fa3=round(B.time_graph(impls[fa][0], case.copies_bf16), 1),
                series=round(B.time_graph(impls["int8_split_kv"][0], case.copies), 1))
     for name, kw in VARIANTS.items():
-        row[name] = round(B.time_graph(ws_fn(case, **dict(kw)), case.copies), 1)
+        row[name] = round(B.time_graph(ws_fn(case, **kw), case.copies), 1)
     row["series2"] = round(B.time_graph(impls["int8_split_kv"][0], case.copies), 1)
     res.append(row); print(json.dumps(row), f"{time.time() - t0:.0f}s", flush=True)
     json.dump(res, open(out_path, "w"), indent=1)

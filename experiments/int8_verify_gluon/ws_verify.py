@@ -13,8 +13,10 @@ TILE_SPLIT=1 (up to 64 rows, e.g. 6-10 tokens x 6 heads): both consumers hold th
 tiles, each writing its own partial (2 partials per segment).  TILE_SPLIT=0 (65-128 rows, 12-16 tokens): consumer c
 holds rows 64c..64c+63 and both consume every tile.
 
-`ws_attention` launches it (plus the series' reduce kernel) on a benchmark Case.
+`ws_launch` launches it (plus the series' reduce kernel) on a benchmark Case.
 """
+import functools
+
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -33,69 +35,6 @@ from vllm.v1.attention.ops.triton_int8_split_kv_wgmma import (
     _tile_blocks,
     _widen,
 )
-
-
-@gluon.jit
-def _producer(
-    k_smem, v_smem, ks_smem, vs_smem, vh_smem, ready, kfree, vhfree,
-    block_table_row, k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr,
-    seq_len, tile_lo, n_tiles, stride_page, stride_scale_page,
-    HEAD_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, BLOCK_SIZE: gl.constexpr,
-    STAGES: gl.constexpr, VH_STAGES: gl.constexpr, AHEAD: gl.constexpr,
-):
-    NUM_WARPS: gl.constexpr = gl.num_warps()
-    ROW_LOAD: gl.constexpr = gl.BlockedLayout(
-        [1, 16], [32 * 16 // HEAD_SIZE, HEAD_SIZE // 16], [NUM_WARPS, 1], [1, 0]
-    )
-    V_LOAD: gl.constexpr = gl.BlockedLayout(
-        [1, 16], [32 * 16 // TILE_SIZE, TILE_SIZE // 16], [NUM_WARPS, 1], [1, 0]
-    )
-    S_LOAD: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
-    RUNS: gl.constexpr = gl.BlockedLayout([TILE_SIZE // 16], [32], [NUM_WARPS], [0])
-    t_k = gl.arange(0, TILE_SIZE, layout=gl.SliceLayout(1, ROW_LOAD))
-    d_k = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, ROW_LOAD))
-    k_offs = gl.expand_dims((t_k % 16) * HEAD_SIZE, 1) + gl.expand_dims(d_k, 0)
-    t_v = gl.arange(0, TILE_SIZE, layout=gl.SliceLayout(0, V_LOAD))
-    d_v = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(1, V_LOAD))
-    v_offs = gl.expand_dims(d_v * BLOCK_SIZE, 1) + gl.expand_dims(t_v % 16, 0)
-    t_s = gl.arange(0, TILE_SIZE, layout=S_LOAD)
-
-    # Copies run AHEAD tiles ahead of the widening; stage s of tile i is free
-    # once the consumers have run Q.K on tile i - STAGES (kfree) and this
-    # partition has widened its V (program order).
-    for p in gl.static_range(AHEAD):
-        if p < n_tiles:
-            _issue_tile(
-                k_smem, v_smem, ks_smem, vs_smem, p, tile_lo + p,
-                _tile_blocks(block_table_row, tile_lo + p, seq_len, TILE_SIZE, BLOCK_SIZE, RUNS),
-                k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, k_offs, v_offs, t_k, t_v, t_s,
-                stride_page, stride_scale_page, HEAD_SIZE, TILE_SIZE, BLOCK_SIZE,
-            )
-        async_copy.commit_group()
-    # Block-table entries are read one tile before their copies are issued.
-    next_blocks = _tile_blocks(block_table_row, tile_lo + AHEAD, seq_len, TILE_SIZE, BLOCK_SIZE, RUNS)
-    for i in range(n_tiles):
-        nxt = i + AHEAD
-        if nxt < n_tiles:
-            s_n = nxt % STAGES
-            mbarrier.wait(kfree.index(s_n), ((nxt // STAGES) & 1) ^ 1)
-            _issue_tile(
-                k_smem, v_smem, ks_smem, vs_smem, s_n, tile_lo + nxt, next_blocks,
-                k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, k_offs, v_offs, t_k, t_v, t_s,
-                stride_page, stride_scale_page, HEAD_SIZE, TILE_SIZE, BLOCK_SIZE,
-            )
-        async_copy.commit_group()
-        next_blocks = _tile_blocks(block_table_row, tile_lo + nxt + 1, seq_len, TILE_SIZE, BLOCK_SIZE, RUNS)
-        async_copy.wait_group(AHEAD)
-        gl.thread_barrier()
-        s = i % STAGES
-        h = i % VH_STAGES
-        v8 = v_smem.index(s).load(V_LOAD)
-        mbarrier.wait(vhfree.index(h), ((i // VH_STAGES) & 1) ^ 1)
-        vh_smem.index(h).store(_widen(v8))
-        fence_async_shared()
-        mbarrier.arrive(ready.index(s))
-    async_copy.wait_group(0)
 
 
 @gluon.jit
@@ -127,49 +66,118 @@ def _issue_tma(
 
 
 @gluon.jit
-def _producer_tma(
-    k_desc, v_desc, k_smem, v_runs, v_read, ks_smem, vs_smem, vh_smem, tbar, ready, kfree, vhfree,
-    block_table_row, ks_head_ptr, vs_head_ptr, kv_head_idx,
-    seq_len, tile_lo, n_tiles, stride_scale_page,
+def _producer(
+    k_smem, v_smem, v_read, ks_smem, vs_smem, vh_smem, tbar, ready, kfree, vhfree,
+    block_table_row, k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, k_desc, v_desc, kv_head_idx,
+    seq_len, tile_lo, n_tiles, stride_page, stride_scale_page,
     HEAD_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, BLOCK_SIZE: gl.constexpr,
-    STAGES: gl.constexpr, VH_STAGES: gl.constexpr, AHEAD: gl.constexpr,
+    STAGES: gl.constexpr, VH_STAGES: gl.constexpr, AHEAD: gl.constexpr, USE_TMA: gl.constexpr,
 ):
+    # USE_TMA: v_smem holds one [1, 1, HEAD_SIZE, 16] TMA box per run (v_read: the same bytes as [HEAD_SIZE, 16]
+    # tiles) and tbar counts each stage's TMA bytes; otherwise v_smem is the [HEAD_SIZE, TILE_SIZE] cp.async stage
+    # and v_read, tbar, k_desc, v_desc are unused.
     NUM_WARPS: gl.constexpr = gl.num_warps()
     RUN_COUNT: gl.constexpr = TILE_SIZE // 16
+    ROW_LOAD: gl.constexpr = gl.BlockedLayout(
+        [1, 16], [32 * 16 // HEAD_SIZE, HEAD_SIZE // 16], [NUM_WARPS, 1], [1, 0]
+    )
+    V_LOAD: gl.constexpr = gl.BlockedLayout(
+        [1, 16], [32 * 16 // TILE_SIZE, TILE_SIZE // 16], [NUM_WARPS, 1], [1, 0]
+    )
+    V_RUN: gl.constexpr = gl.BlockedLayout([1, 16], [32, 1], [NUM_WARPS, 1], [1, 0])
     S_LOAD: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
     RUNS: gl.constexpr = gl.BlockedLayout([RUN_COUNT], [32], [NUM_WARPS], [0])
-    V_RUN: gl.constexpr = gl.BlockedLayout([1, 16], [32, 1], [NUM_WARPS, 1], [1, 0])
+    t_k = gl.arange(0, TILE_SIZE, layout=gl.SliceLayout(1, ROW_LOAD))
+    d_k = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, ROW_LOAD))
+    k_offs = gl.expand_dims((t_k % 16) * HEAD_SIZE, 1) + gl.expand_dims(d_k, 0)
+    t_v = gl.arange(0, TILE_SIZE, layout=gl.SliceLayout(0, V_LOAD))
+    d_v = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(1, V_LOAD))
+    v_offs = gl.expand_dims(d_v * BLOCK_SIZE, 1) + gl.expand_dims(t_v % 16, 0)
     t_s = gl.arange(0, TILE_SIZE, layout=S_LOAD)
-    for p in gl.static_range(AHEAD):
-        if p < n_tiles:
-            _issue_tma(
-                k_desc, v_desc, k_smem, v_runs, ks_smem, vs_smem, tbar, p, tile_lo + p,
-                _tile_blocks(block_table_row, tile_lo + p, seq_len, TILE_SIZE, BLOCK_SIZE, RUNS),
-                kv_head_idx, ks_head_ptr, vs_head_ptr, t_s, stride_scale_page, HEAD_SIZE, TILE_SIZE, BLOCK_SIZE,
-            )
-        async_copy.commit_group()
-    next_blocks = _tile_blocks(block_table_row, tile_lo + AHEAD, seq_len, TILE_SIZE, BLOCK_SIZE, RUNS)
-    for i in range(n_tiles):
-        nxt = i + AHEAD
+
+    # Copies run AHEAD tiles ahead of the widening; stage s of tile i is free
+    # once the consumers have run Q.K on tile i - STAGES (kfree) and this
+    # partition has widened its V (program order).  Tile AHEAD + i's copies
+    # are issued in iteration i (the prologue issues the first AHEAD), its
+    # block-table entries read one iteration before.
+    blocks = _tile_blocks(block_table_row, tile_lo, seq_len, TILE_SIZE, BLOCK_SIZE, RUNS)
+    for nxt in range(n_tiles + AHEAD):
         if nxt < n_tiles:
-            mbarrier.wait(kfree.index(nxt % STAGES), ((nxt // STAGES) & 1) ^ 1)
-            _issue_tma(
-                k_desc, v_desc, k_smem, v_runs, ks_smem, vs_smem, tbar, nxt % STAGES, tile_lo + nxt, next_blocks,
-                kv_head_idx, ks_head_ptr, vs_head_ptr, t_s, stride_scale_page, HEAD_SIZE, TILE_SIZE, BLOCK_SIZE,
-            )
+            s_n = nxt % STAGES
+            mbarrier.wait(kfree.index(s_n), ((nxt // STAGES) & 1) ^ 1)
+            if USE_TMA:
+                _issue_tma(
+                    k_desc, v_desc, k_smem, v_smem, ks_smem, vs_smem, tbar, s_n, tile_lo + nxt, blocks,
+                    kv_head_idx, ks_head_ptr, vs_head_ptr, t_s, stride_scale_page, HEAD_SIZE, TILE_SIZE, BLOCK_SIZE,
+                )
+            else:
+                _issue_tile(
+                    k_smem, v_smem, ks_smem, vs_smem, s_n, tile_lo + nxt, blocks,
+                    k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, k_offs, v_offs, t_k, t_v, t_s,
+                    stride_page, stride_scale_page, HEAD_SIZE, TILE_SIZE, BLOCK_SIZE,
+                )
         async_copy.commit_group()
-        next_blocks = _tile_blocks(block_table_row, tile_lo + nxt + 1, seq_len, TILE_SIZE, BLOCK_SIZE, RUNS)
-        s = i % STAGES
-        mbarrier.wait(tbar.index(s), (i // STAGES) & 1)
-        async_copy.wait_group(AHEAD)
-        gl.thread_barrier()
-        h = i % VH_STAGES
-        mbarrier.wait(vhfree.index(h), ((i // VH_STAGES) & 1) ^ 1)
-        for r in gl.static_range(RUN_COUNT):
-            vh_smem.index(h).slice(16 * r, 16, dim=1).store(_widen(v_read.index(s * RUN_COUNT + r).load(V_RUN)))
-        fence_async_shared()
-        mbarrier.arrive(ready.index(s))
+        blocks = _tile_blocks(block_table_row, tile_lo + nxt + 1, seq_len, TILE_SIZE, BLOCK_SIZE, RUNS)
+        i = nxt - AHEAD
+        if i >= 0:
+            s = i % STAGES
+            h = i % VH_STAGES
+            if USE_TMA:
+                mbarrier.wait(tbar.index(s), (i // STAGES) & 1)
+            async_copy.wait_group(AHEAD)
+            gl.thread_barrier()
+            if USE_TMA:
+                mbarrier.wait(vhfree.index(h), ((i // VH_STAGES) & 1) ^ 1)
+                for r in gl.static_range(RUN_COUNT):
+                    vh_smem.index(h).slice(16 * r, 16, dim=1).store(
+                        _widen(v_read.index(s * RUN_COUNT + r).load(V_RUN))
+                    )
+            else:
+                v8 = v_smem.index(s).load(V_LOAD)
+                mbarrier.wait(vhfree.index(h), ((i // VH_STAGES) & 1) ^ 1)
+                vh_smem.index(h).store(_widen(v8))
+            fence_async_shared()
+            mbarrier.arrive(ready.index(s))
     async_copy.wait_group(0)
+
+
+@gluon.jit
+def _softmax_tile(
+    s_hi, s_lo, k_scale, v_scale, j, m_i, l_i, acc, v_ref,
+    row_qk_scale, t_col, seq_len, q_pos, kv_limit, full_lo, full_hi,
+    TILE_SIZE: gl.constexpr, P_LOG2_SCALE: gl.constexpr, RESCALE_THRESHOLD: gl.constexpr,
+    SLIDING_WINDOW: gl.constexpr,
+):
+    """Tile j's scores -> P (fp16, the A operand of P.V); the running state (m_i, l_i, acc, v_ref) moved along."""
+    row_o: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2)
+    pos = j * TILE_SIZE + t_col
+    masked = (j >= full_hi) | (j < full_lo)
+    if masked:
+        k_scale = gl.where(pos < seq_len, k_scale, 0.0)
+        v_scale = gl.where(pos < seq_len, v_scale, 0.0)
+    S = (
+        (s_hi * 254 + s_lo).to(gl.float32)
+        * gl.expand_dims(row_qk_scale, 1)
+        * gl.expand_dims(k_scale, 0)
+    )
+    if masked:
+        kv_pos = gl.expand_dims(pos, 0)
+        visible = kv_pos < gl.expand_dims(kv_limit, 1)
+        if SLIDING_WINDOW > 0:
+            distance = gl.expand_dims(q_pos, 1) - kv_pos
+            visible &= (distance < SLIDING_WINDOW) & (-distance < SLIDING_WINDOW)
+        S = gl.where(visible, S, float("-inf"))
+    tile_max = gl.max(S, axis=1)
+    new_v_ref = gl.maximum(gl.max(v_scale, axis=0), v_ref)
+    m_new = gl.where(tile_max > m_i + RESCALE_THRESHOLD, tile_max, m_i)
+    alpha = gl.exp2(m_i - m_new)
+    l_i = l_i * alpha
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha * (v_ref / new_v_ref), row_o), 1)
+    P = gl.exp2(S - gl.expand_dims(m_new - P_LOG2_SCALE, 1))
+    l_i += gl.sum(P, axis=1)
+    P_v = gl.convert_layout((P * gl.expand_dims(v_scale / new_v_ref, 0)).to(gl.float16), p_layout)
+    return P_v, acc, m_new, l_i, new_v_ref
 
 
 @gluon.jit
@@ -183,7 +191,7 @@ def _consumer(
     NUM_QUERIES_PER_KV: gl.constexpr, HEAD_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
     STAGES: gl.constexpr, VH_STAGES: gl.constexpr,
     P_LOG2_SCALE: gl.constexpr, RESCALE_THRESHOLD: gl.constexpr, SLIDING_WINDOW: gl.constexpr,
-    TILE_SPLIT: gl.constexpr, PINGPONG: gl.constexpr, LAZY: gl.constexpr, turn, C: gl.constexpr,
+    TILE_SPLIT: gl.constexpr, PINGPONG: gl.constexpr, turn, C: gl.constexpr,
 ):
     NUM_WARPS: gl.constexpr = gl.num_warps()
     ROWS: gl.constexpr = 16 * NUM_WARPS
@@ -275,45 +283,11 @@ def _consumer(
                     i = 2 * it + C
                 else:
                     i = it
-                j = tile_lo + i
                 h = i % VH_STAGES
-                pos = j * TILE_SIZE + t_col
-                masked = (j >= full_hi) | (j < full_lo)
-                if masked:
-                    k_scale = gl.where(pos < seq_len, k_scale, 0.0)
-                    v_scale = gl.where(pos < seq_len, v_scale, 0.0)
-                S = (
-                    (s_hi * 254 + s_lo).to(gl.float32)
-                    * gl.expand_dims(row_qk_scale, 1)
-                    * gl.expand_dims(k_scale, 0)
-                )
-                if masked:
-                    kv_pos = gl.expand_dims(pos, 0)
-                    visible = kv_pos < gl.expand_dims(kv_limit, 1)
-                    if SLIDING_WINDOW > 0:
-                        distance = gl.expand_dims(q_pos, 1) - kv_pos
-                        visible &= (distance < SLIDING_WINDOW) & (-distance < SLIDING_WINDOW)
-                    S = gl.where(visible, S, float("-inf"))
-                tile_max = gl.max(S, axis=1)
-                new_v_ref = gl.maximum(gl.max(v_scale, axis=0), v_ref)
-                m_new = gl.where(tile_max > m_i + RESCALE_THRESHOLD, tile_max, m_i)
-                if LAZY:
-                    if (gl.max(m_new - m_i, axis=0) > 0.0) | (new_v_ref > v_ref):
-                        alpha = gl.exp2(m_i - m_new)
-                        l_i = l_i * alpha
-                        acc = acc * gl.expand_dims(
-                            gl.convert_layout(alpha * (v_ref / new_v_ref), row_o), 1
-                        )
-                else:
-                    alpha = gl.exp2(m_i - m_new)
-                    l_i = l_i * alpha
-                    acc = acc * gl.expand_dims(gl.convert_layout(alpha * (v_ref / new_v_ref), row_o), 1)
-                m_i = m_new
-                v_ref = new_v_ref
-                P = gl.exp2(S - gl.expand_dims(m_i - P_LOG2_SCALE, 1))
-                l_i += gl.sum(P, axis=1)
-                P_v = gl.convert_layout(
-                    (P * gl.expand_dims(v_scale / v_ref, 0)).to(gl.float16), p_layout
+                P_v, acc, m_i, l_i, v_ref = _softmax_tile(
+                    s_hi, s_lo, k_scale, v_scale, tile_lo + i, m_i, l_i, acc, v_ref,
+                    row_qk_scale, t_col, seq_len, q_pos, kv_limit, full_lo, full_hi,
+                    TILE_SIZE, P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW,
                 )
                 # GEMM phase it + 1.
                 if C == 0:
@@ -345,7 +319,6 @@ def _consumer(
                 i = 2 * it + C
             else:
                 i = it
-            j = tile_lo + i
             s = i % STAGES
             h = i % VH_STAGES
             mbarrier.wait(ready.index(s), (i // STAGES) & 1)
@@ -356,37 +329,12 @@ def _consumer(
             v_scale = vs_smem.index(s).load(col_s)
             s_hi, s_lo = warpgroup_mma_wait(0, deps=[s_hi, s_lo])
             mbarrier.arrive(kfree.index(s))
-            pos = j * TILE_SIZE + t_col
-            masked = (j >= full_hi) | (j < full_lo)
-            if masked:
-                k_scale = gl.where(pos < seq_len, k_scale, 0.0)
-                v_scale = gl.where(pos < seq_len, v_scale, 0.0)
-            S = (
-                (s_hi * 254 + s_lo).to(gl.float32)
-                * gl.expand_dims(row_qk_scale, 1)
-                * gl.expand_dims(k_scale, 0)
+            P_v, acc, m_i, l_i, v_ref = _softmax_tile(
+                s_hi, s_lo, k_scale, v_scale, tile_lo + i, m_i, l_i, acc, v_ref,
+                row_qk_scale, t_col, seq_len, q_pos, kv_limit, full_lo, full_hi,
+                TILE_SIZE, P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW,
             )
-            if masked:
-                kv_pos = gl.expand_dims(pos, 0)
-                visible = kv_pos < gl.expand_dims(kv_limit, 1)
-                if SLIDING_WINDOW > 0:
-                    distance = gl.expand_dims(q_pos, 1) - kv_pos
-                    visible &= (distance < SLIDING_WINDOW) & (-distance < SLIDING_WINDOW)
-                S = gl.where(visible, S, float("-inf"))
-            tile_max = gl.max(S, axis=1)
-            new_v_ref = gl.maximum(gl.max(v_scale, axis=0), v_ref)
-            m_new = gl.where(tile_max > m_i + RESCALE_THRESHOLD, tile_max, m_i)
-            alpha = gl.exp2(m_i - m_new)
-            l_i = l_i * alpha
-            acc = acc * gl.expand_dims(gl.convert_layout(alpha * (v_ref / new_v_ref), row_o), 1)
-            m_i = m_new
-            v_ref = new_v_ref
-            P = gl.exp2(S - gl.expand_dims(m_i - P_LOG2_SCALE, 1))
-            l_i += gl.sum(P, axis=1)
-            P_v = (P * gl.expand_dims(v_scale / v_ref, 0)).to(gl.float16)
-            acc = warpgroup_mma(
-                gl.convert_layout(P_v, p_layout), vh_smem.index(h).permute([1, 0]), acc, is_async=True
-            )
+            acc = warpgroup_mma(P_v, vh_smem.index(h).permute([1, 0]), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=[acc])
             mbarrier.arrive(vhfree.index(h))
 
@@ -440,7 +388,7 @@ def kernel_int8_split_kv_verify_ws(
     BLOCK_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr,
     P_LOG2_SCALE: gl.constexpr, RESCALE_THRESHOLD: gl.constexpr, SLIDING_WINDOW: gl.constexpr,
     TILE_SPLIT: gl.constexpr, STAGES: gl.constexpr, VH_STAGES: gl.constexpr, AHEAD: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, PINGPONG: gl.constexpr, LAZY: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, PINGPONG: gl.constexpr,
     USE_TMA: gl.constexpr, k_desc, v_desc,
 ):
     ROWS: gl.constexpr = 64
@@ -487,11 +435,12 @@ def kernel_int8_split_kv_verify_ws(
     q_hi1 = gl.allocate_shared_memory(gl.int8, [ROWS, HEAD_SIZE], q_shared)
     q_lo1 = gl.allocate_shared_memory(gl.int8, [ROWS, HEAD_SIZE], q_shared)
     k_smem = gl.allocate_shared_memory(gl.int8, [STAGES, TILE_SIZE, HEAD_SIZE], k_shared)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     if USE_TMA:
         RUN_COUNT: gl.constexpr = TILE_SIZE // 16
-        v_runs = gl.allocate_shared_memory(gl.int8, [STAGES * RUN_COUNT, 1, 1, HEAD_SIZE, 16], v_desc.layout)
+        v_smem = gl.allocate_shared_memory(gl.int8, [STAGES * RUN_COUNT, 1, 1, HEAD_SIZE, 16], v_desc.layout)
         # 16-byte rows: no swizzle, so the boxes read back as [HEAD_SIZE, 16] tiles.
-        v_read = v_runs._reinterpret(
+        v_read = v_smem._reinterpret(
             gl.int8, [STAGES * RUN_COUNT, HEAD_SIZE, 16], gl.NVMMASharedLayout.get_default_for([HEAD_SIZE, 16], gl.int8)
         )
         tbar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -499,10 +448,11 @@ def kernel_int8_split_kv_verify_ws(
             mbarrier.init(tbar.index(s), count=1)
     else:
         v_smem = gl.allocate_shared_memory(gl.int8, [STAGES, HEAD_SIZE, TILE_SIZE], v_shared)
+        v_read = v_smem  # unused
+        tbar = ready  # unused
     ks_smem = gl.allocate_shared_memory(gl.float32, [STAGES, TILE_SIZE], s_shared)
     vs_smem = gl.allocate_shared_memory(gl.float32, [STAGES, TILE_SIZE], s_shared)
     vh_smem = gl.allocate_shared_memory(gl.float16, [VH_STAGES, HEAD_SIZE, TILE_SIZE], vh_shared)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kfree = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     vhfree = gl.allocate_shared_memory(gl.int64, [VH_STAGES, 1], mbarrier.MBarrierLayout())
     for s in gl.static_range(STAGES):
@@ -521,68 +471,43 @@ def kernel_int8_split_kv_verify_ws(
     vs_head_ptr = v_scale_ptr + kv_head_idx * stride_scale_head
 
     # (Tuples are written out: a tuple held in a variable loses its constexprs.)
-    if USE_TMA:
-        gl.warp_specialize(
-            [
-                (_producer_tma, (
-            k_desc, v_desc, k_smem, v_runs, v_read, ks_smem, vs_smem, vh_smem, tbar, ready, kfree, vhfree,
-            block_table_row, ks_head_ptr, vs_head_ptr, kv_head_idx,
-            seq_len, tile_lo, n_tiles, stride_scale_page,
-            HEAD_SIZE, TILE_SIZE, BLOCK_SIZE, STAGES, VH_STAGES, AHEAD,
-                )),
-                (_consumer, (
-            q_hi0, q_lo0, k_smem, ks_smem, vs_smem, vh_smem, ready, kfree, vhfree,
-            out_ptr, segm_out_ptr, segm_max_ptr, segm_expsum_ptr, q_ptr,
-            qk_scale, q_start, q_len, seq_len, kv_head_idx, row0, segm_idx, num_segments,
-            tile_lo, n_tiles, full_lo, full_hi, causal,
-            num_query_heads, q_stride_0, q_stride_1, out_stride_0, out_stride_1,
-            NUM_QUERIES_PER_KV, HEAD_SIZE, TILE_SIZE, STAGES, VH_STAGES,
-            P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, TILE_SPLIT, PINGPONG, LAZY, turn, 0,
-                )),
-                (_consumer, (
-            q_hi1, q_lo1, k_smem, ks_smem, vs_smem, vh_smem, ready, kfree, vhfree,
-            out_ptr, segm_out_ptr, segm_max_ptr, segm_expsum_ptr, q_ptr,
-            qk_scale, q_start, q_len, seq_len, kv_head_idx, row0, segm_idx, num_segments,
-            tile_lo, n_tiles, full_lo, full_hi, causal,
-            num_query_heads, q_stride_0, q_stride_1, out_stride_0, out_stride_1,
-            NUM_QUERIES_PER_KV, HEAD_SIZE, TILE_SIZE, STAGES, VH_STAGES,
-            P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, TILE_SPLIT, PINGPONG, LAZY, turn, 1,
-                )),
-            ],
-            [4, 4],
-            [CONSUMER_REGS, CONSUMER_REGS],
-        )
-    else:
-        gl.warp_specialize(
-            [
-                (_producer, (
-            k_smem, v_smem, ks_smem, vs_smem, vh_smem, ready, kfree, vhfree,
-            block_table_row, k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr,
-            seq_len, tile_lo, n_tiles, stride_page, stride_scale_page,
-            HEAD_SIZE, TILE_SIZE, BLOCK_SIZE, STAGES, VH_STAGES, AHEAD,
-                )),
-                (_consumer, (
-            q_hi0, q_lo0, k_smem, ks_smem, vs_smem, vh_smem, ready, kfree, vhfree,
-            out_ptr, segm_out_ptr, segm_max_ptr, segm_expsum_ptr, q_ptr,
-            qk_scale, q_start, q_len, seq_len, kv_head_idx, row0, segm_idx, num_segments,
-            tile_lo, n_tiles, full_lo, full_hi, causal,
-            num_query_heads, q_stride_0, q_stride_1, out_stride_0, out_stride_1,
-            NUM_QUERIES_PER_KV, HEAD_SIZE, TILE_SIZE, STAGES, VH_STAGES,
-            P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, TILE_SPLIT, PINGPONG, LAZY, turn, 0,
-                )),
-                (_consumer, (
-            q_hi1, q_lo1, k_smem, ks_smem, vs_smem, vh_smem, ready, kfree, vhfree,
-            out_ptr, segm_out_ptr, segm_max_ptr, segm_expsum_ptr, q_ptr,
-            qk_scale, q_start, q_len, seq_len, kv_head_idx, row0, segm_idx, num_segments,
-            tile_lo, n_tiles, full_lo, full_hi, causal,
-            num_query_heads, q_stride_0, q_stride_1, out_stride_0, out_stride_1,
-            NUM_QUERIES_PER_KV, HEAD_SIZE, TILE_SIZE, STAGES, VH_STAGES,
-            P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, TILE_SPLIT, PINGPONG, LAZY, turn, 1,
-                )),
-            ],
-            [4, 4],
-            [CONSUMER_REGS, CONSUMER_REGS],
-        )
+    gl.warp_specialize(
+        [
+            (_producer, (
+        k_smem, v_smem, v_read, ks_smem, vs_smem, vh_smem, tbar, ready, kfree, vhfree,
+        block_table_row, k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, k_desc, v_desc, kv_head_idx,
+        seq_len, tile_lo, n_tiles, stride_page, stride_scale_page,
+        HEAD_SIZE, TILE_SIZE, BLOCK_SIZE, STAGES, VH_STAGES, AHEAD, USE_TMA,
+            )),
+            (_consumer, (
+        q_hi0, q_lo0, k_smem, ks_smem, vs_smem, vh_smem, ready, kfree, vhfree,
+        out_ptr, segm_out_ptr, segm_max_ptr, segm_expsum_ptr, q_ptr,
+        qk_scale, q_start, q_len, seq_len, kv_head_idx, row0, segm_idx, num_segments,
+        tile_lo, n_tiles, full_lo, full_hi, causal,
+        num_query_heads, q_stride_0, q_stride_1, out_stride_0, out_stride_1,
+        NUM_QUERIES_PER_KV, HEAD_SIZE, TILE_SIZE, STAGES, VH_STAGES,
+        P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, TILE_SPLIT, PINGPONG, turn, 0,
+            )),
+            (_consumer, (
+        q_hi1, q_lo1, k_smem, ks_smem, vs_smem, vh_smem, ready, kfree, vhfree,
+        out_ptr, segm_out_ptr, segm_max_ptr, segm_expsum_ptr, q_ptr,
+        qk_scale, q_start, q_len, seq_len, kv_head_idx, row0, segm_idx, num_segments,
+        tile_lo, n_tiles, full_lo, full_hi, causal,
+        num_query_heads, q_stride_0, q_stride_1, out_stride_0, out_stride_1,
+        NUM_QUERIES_PER_KV, HEAD_SIZE, TILE_SIZE, STAGES, VH_STAGES,
+        P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, TILE_SPLIT, PINGPONG, turn, 1,
+            )),
+        ],
+        [4, 4],
+        [CONSUMER_REGS, CONSUMER_REGS],
+    )
+
+
+@functools.cache
+def _num_sms(device_index):
+    import torch
+
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
 def _tma_descriptors(k_cache, v_cache, head_size, use_tma):
@@ -602,9 +527,9 @@ def _tma_descriptors(k_cache, v_cache, head_size, use_tma):
 
 def ws_launch(q, k_cache, v_cache, k_scale_cache, v_scale_cache, out, cu_seqlens_q, seqused_k, block_table,
               max_query_len, max_seq_len, softmax_scale, segm_output, segm_max, segm_expsum,
-              num_segments=None, stages=4, vh_stages=3, ahead=2, consumer_regs=224, maxnreg=168, causal=True, pingpong=1, lazy=0, use_tma=False):
-    """Returns the number of segments launched."""
-    """Launch the warp-specialised kernel and the series' reduce kernel (no checks beyond the series' own)."""
+              num_segments=None, stages=4, vh_stages=3, ahead=2, consumer_regs=224, maxnreg=168, causal=True, pingpong=1, use_tma=False):
+    """Launch the warp-specialised kernel and the series' reduce kernel (no checks beyond the series' own); returns
+    the number of segments launched."""
     from vllm.v1.attention.ops import triton_int8_split_kv_attention as M
 
     num_tokens, num_query_heads, head_size = q.shape
@@ -616,9 +541,7 @@ def ws_launch(q, k_cache, v_cache, k_scale_cache, v_scale_cache, out, cu_seqlens
     program_rows = 64 if tile_split else 128
     row_splits = triton.cdiv(rows, program_rows)
     if num_segments is None:
-        import torch
-
-        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+        sms = _num_sms(q.device.index)
         num_segments = 1
         # One wave of one-CTA-per-SM programs, at least 4 tiles per consumer.
         while (
@@ -637,7 +560,7 @@ def ws_launch(q, k_cache, v_cache, k_scale_cache, v_scale_cache, out, cu_seqlens
         stride_scale_page=k_scale_cache.stride(0), stride_scale_head=k_scale_cache.stride(2),
         NUM_QUERIES_PER_KV=g, ROW_SPLITS=row_splits, HEAD_SIZE=head_size, BLOCK_SIZE=block_size, TILE_SIZE=32,
         P_LOG2_SCALE=M.P_LOG2_SCALE, RESCALE_THRESHOLD=M.RESCALE_THRESHOLD, SLIDING_WINDOW=0,
-        TILE_SPLIT=tile_split, STAGES=stages, VH_STAGES=vh_stages, AHEAD=ahead, CONSUMER_REGS=consumer_regs, PINGPONG=pingpong, LAZY=lazy,
+        TILE_SPLIT=tile_split, STAGES=stages, VH_STAGES=vh_stages, AHEAD=ahead, CONSUMER_REGS=consumer_regs, PINGPONG=pingpong,
         USE_TMA=use_tma, **_tma_descriptors(k_cache, v_cache, head_size, use_tma),
         num_warps=4, maxnreg=maxnreg,
     )
