@@ -216,43 +216,15 @@ def _producer(
     v_offs = gl.expand_dims(d_v * BLOCK_SIZE, 1) + gl.expand_dims(t_v % 16, 0)
     t_s = gl.arange(0, TILE_SIZE, layout=S_LOAD)
 
-    # The copies run AHEAD tiles ahead of the widening.  Int8 stage s holds
-    # tile i once the consumers are done with Q.K of tile i - STAGES (kfree;
-    # this partition widened its V before, in program order).
-    for p in gl.static_range(AHEAD):
-        if p < n_tiles:
-            _issue_tile(
-                k_smem,
-                v_smem,
-                ks_smem,
-                vs_smem,
-                p,
-                tile_lo + p,
-                _tile_blocks(
-                    block_table_row, tile_lo + p, seq_len, TILE_SIZE, BLOCK_SIZE, RUNS
-                ),
-                k_head_ptr,
-                v_head_ptr,
-                ks_head_ptr,
-                vs_head_ptr,
-                k_offs,
-                v_offs,
-                t_k,
-                t_v,
-                t_s,
-                stride_page,
-                stride_scale_page,
-                HEAD_SIZE,
-                TILE_SIZE,
-                BLOCK_SIZE,
-            )
-        async_copy.commit_group()
-    # Block-table entries of the tile whose copies are issued next.
-    next_blocks = _tile_blocks(
-        block_table_row, tile_lo + AHEAD, seq_len, TILE_SIZE, BLOCK_SIZE, RUNS
+    # The copies run AHEAD tiles ahead of the widening: iteration ``nxt``
+    # issues tile ``nxt``'s copies (int8 stage s holds tile i once the
+    # consumers are done with Q.K of tile i - STAGES: kfree; this partition
+    # widened its V before, in program order) and widens tile
+    # ``nxt - AHEAD``.  Block-table entries are read one iteration early.
+    blocks = _tile_blocks(
+        block_table_row, tile_lo, seq_len, TILE_SIZE, BLOCK_SIZE, RUNS
     )
-    for i in range(n_tiles):
-        nxt = i + AHEAD
+    for nxt in range(n_tiles + AHEAD):
         if nxt < n_tiles:
             mbarrier.wait(kfree.index(nxt % STAGES), ((nxt // STAGES) & 1) ^ 1)
             _issue_tile(
@@ -262,7 +234,7 @@ def _producer(
                 vs_smem,
                 nxt % STAGES,
                 tile_lo + nxt,
-                next_blocks,
+                blocks,
                 k_head_ptr,
                 v_head_ptr,
                 ks_head_ptr,
@@ -279,19 +251,21 @@ def _producer(
                 BLOCK_SIZE,
             )
         async_copy.commit_group()
-        next_blocks = _tile_blocks(
+        blocks = _tile_blocks(
             block_table_row, tile_lo + nxt + 1, seq_len, TILE_SIZE, BLOCK_SIZE, RUNS
         )
-        # Tile i has arrived (every thread's copies: the barrier).
-        async_copy.wait_group(AHEAD)
-        gl.thread_barrier()
-        v8 = v_smem.index(i % STAGES).load(V_LOAD)
-        h = i % VH_STAGES
-        mbarrier.wait(vhfree.index(h), ((i // VH_STAGES) & 1) ^ 1)
-        vh_smem.index(h).store(_widen(v8))
-        # The copied K and the widened V are visible to the tensor cores.
-        fence_async_shared()
-        mbarrier.arrive(ready.index(i % STAGES))
+        i = nxt - AHEAD
+        if i >= 0:
+            # Tile i has arrived (every thread's copies: the barrier).
+            async_copy.wait_group(AHEAD)
+            gl.thread_barrier()
+            v8 = v_smem.index(i % STAGES).load(V_LOAD)
+            h = i % VH_STAGES
+            mbarrier.wait(vhfree.index(h), ((i // VH_STAGES) & 1) ^ 1)
+            vh_smem.index(h).store(_widen(v8))
+            # The copied K and the widened V are visible to the tensor cores.
+            fence_async_shared()
+            mbarrier.arrive(ready.index(i % STAGES))
     async_copy.wait_group(0)
 
 
