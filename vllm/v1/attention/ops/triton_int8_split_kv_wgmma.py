@@ -18,9 +18,7 @@ axis, and runs three warpgroups:
   ``S = Q K^T`` runs as two int8 wgmma products that read Q and the K tile
   from there, so K is never widened and a row's scores stay in one warp
   (two lane shuffles per row), then the softmax and ``O += P V`` with P
-  from registers.  The consumers take turns on the tensor cores: one's
-  GEMMs (P.V of its tile and Q.K of its next) run while the other computes
-  its softmax.
+  from registers.
 
 With up to 64 rows (``TILE_SPLIT``: up to 10 tokens at 6 query heads per KV
 head) both consumers hold the same rows and take alternate tiles, each
@@ -280,7 +278,6 @@ def _consumer(
     ready,
     kfree,
     vhfree,
-    turn,
     out_ptr,
     segm_out_ptr,
     segm_max_ptr,
@@ -338,11 +335,9 @@ def _consumer(
     if TILE_SPLIT:
         my_row0 = row0
         my_tiles = (n_tiles - C + 1) // 2
-        other_tiles = (n_tiles + C) // 2
     else:
         my_row0 = row0 + C * ROWS
         my_tiles = n_tiles
-        other_tiles = n_tiles
 
     # Row r is query token r // G, query head kv_head_idx * G + r % G
     # (G = NUM_QUERIES_PER_KV).  Q / s = q_hi + q_lo / 254 per row, with
@@ -391,92 +386,59 @@ def _consumer(
         STEP: gl.constexpr = 2
     else:
         STEP: gl.constexpr = 1
-    # A consumer waits for its next tile while its P.V still reads the
-    # current one's widened V: the producer must not need that buffer.
-    gl.static_assert(VH_STAGES > STEP)
-    # GEMM phases: a consumer with t tiles has t + 1 (Q.K of its first tile,
-    # then P.V of each tile with Q.K of the next), none without tiles.
-    # Consumer 0's phase k follows consumer 1's phase k - 1, consumer 1's
-    # phase k follows consumer 0's phase k.
-    other_phases = gl.where(other_tiles > 0, other_tiles + 1, 0)
-    if my_tiles > 0:
-        i = C if TILE_SPLIT else 0
-        if C == 0:
-            mbarrier.wait(turn.index(0), 1)
-        else:
-            mbarrier.wait(turn.index(1), 0)
-        mbarrier.wait(ready.index(i % STAGES), (i // STAGES) & 1)
-        k_t = k_smem.index(i % STAGES).permute([1, 0])
+    i = C if TILE_SPLIT else 0
+    for _ in range(my_tiles):
+        j = tile_lo + i
+        s = i % STAGES
+        mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+        k_t = k_smem.index(s).permute([1, 0])
         s_hi = warpgroup_mma(q_hi_smem, k_t, s_zero, use_acc=False, is_async=True)
         s_lo = warpgroup_mma(q_lo_smem, k_t, s_zero, use_acc=False, is_async=True)
-        k_scale = ks_smem.index(i % STAGES).load(col_s)
-        v_scale = vs_smem.index(i % STAGES).load(col_s)
+        k_scale = ks_smem.index(s).load(col_s)
+        v_scale = vs_smem.index(s).load(col_s)
         s_hi, s_lo = warpgroup_mma_wait(0, deps=[s_hi, s_lo])
-        mbarrier.arrive(kfree.index(i % STAGES))
-        mbarrier.arrive(turn.index(1 - C))
-        for it in range(my_tiles):
-            j = tile_lo + i
-            pos = j * TILE_SIZE + t_col
-            masked = (j >= full_hi) | (j < full_lo)
-            if masked:
-                # Slots past the context hold whatever the cache holds there
-                # (the copies are not masked).
-                k_scale = gl.where(pos < seq_len, k_scale, 0.0)
-                v_scale = gl.where(pos < seq_len, v_scale, 0.0)
-            # |254 * S_hi + S_lo| < 2**31: one exact integer multiply-add.
-            S = (
-                (s_hi * 254 + s_lo).to(gl.float32)
-                * gl.expand_dims(row_qk_scale, 1)
-                * gl.expand_dims(k_scale, 0)
-            )
-            if masked:
-                kv_pos = gl.expand_dims(pos, 0)
-                visible = kv_pos < gl.expand_dims(kv_limit, 1)
-                if SLIDING_WINDOW > 0:
-                    distance = gl.expand_dims(q_pos, 1) - kv_pos
-                    visible &= (distance < SLIDING_WINDOW) & (
-                        -distance < SLIDING_WINDOW
-                    )
-                S = gl.where(visible, S, float("-inf"))
-            tile_max = gl.max(S, axis=1)
-            new_v_ref = gl.maximum(gl.max(v_scale, axis=0), v_ref)
-            m_new = gl.where(tile_max > m_i + RESCALE_THRESHOLD, tile_max, m_i)
-            alpha = gl.exp2(m_i - m_new)
-            l_i = l_i * alpha
-            acc = acc * gl.expand_dims(
-                gl.convert_layout(alpha * (v_ref / new_v_ref), row_o), 1
-            )
-            m_i = m_new
-            v_ref = new_v_ref
-            # P <= 2**(P_LOG2_SCALE + RESCALE_THRESHOLD).
-            P = gl.exp2(S - gl.expand_dims(m_i - P_LOG2_SCALE, 1))
-            l_i += gl.sum(P, axis=1)
-            P_v = gl.convert_layout(
-                (P * gl.expand_dims(v_scale / v_ref, 0)).to(gl.float16), p_layout
-            )
-            # GEMM phase it + 1.
-            if C == 0:
-                mbarrier.wait(turn.index(0), it & 1, pred=it < other_phases)
-            else:
-                mbarrier.wait(turn.index(1), (it + 1) & 1)
-            h = i % VH_STAGES
-            acc = warpgroup_mma(
-                P_v, vh_smem.index(h).permute([1, 0]), acc, is_async=True
-            )
-            # Q.K of the next tile; after the last one it reads a stage that
-            # may be refilling, and its result is not used.
-            has_next = it + 1 < my_tiles
-            i += STEP
-            mbarrier.wait(ready.index(i % STAGES), (i // STAGES) & 1, pred=has_next)
-            k_t = k_smem.index(i % STAGES).permute([1, 0])
-            s_hi = warpgroup_mma(q_hi_smem, k_t, s_zero, use_acc=False, is_async=True)
-            s_lo = warpgroup_mma(q_lo_smem, k_t, s_zero, use_acc=False, is_async=True)
-            k_scale = ks_smem.index(i % STAGES).load(col_s)
-            v_scale = vs_smem.index(i % STAGES).load(col_s)
-            acc, s_hi, s_lo = warpgroup_mma_wait(0, deps=[acc, s_hi, s_lo])
-            mbarrier.arrive(vhfree.index(h))
-            mbarrier.arrive(kfree.index(i % STAGES), pred=has_next)
-            mbarrier.arrive(turn.index(1 - C))
+        mbarrier.arrive(kfree.index(s))
+        pos = j * TILE_SIZE + t_col
+        masked = (j >= full_hi) | (j < full_lo)
+        if masked:
+            # Slots past the context hold whatever the cache holds there
+            # (the copies are not masked).
+            k_scale = gl.where(pos < seq_len, k_scale, 0.0)
+            v_scale = gl.where(pos < seq_len, v_scale, 0.0)
+        # |254 * S_hi + S_lo| < 2**31: one exact integer multiply-add.
+        S = (
+            (s_hi * 254 + s_lo).to(gl.float32)
+            * gl.expand_dims(row_qk_scale, 1)
+            * gl.expand_dims(k_scale, 0)
+        )
+        if masked:
+            kv_pos = gl.expand_dims(pos, 0)
+            visible = kv_pos < gl.expand_dims(kv_limit, 1)
+            if SLIDING_WINDOW > 0:
+                distance = gl.expand_dims(q_pos, 1) - kv_pos
+                visible &= (distance < SLIDING_WINDOW) & (-distance < SLIDING_WINDOW)
+            S = gl.where(visible, S, float("-inf"))
+        tile_max = gl.max(S, axis=1)
+        new_v_ref = gl.maximum(gl.max(v_scale, axis=0), v_ref)
+        m_new = gl.where(tile_max > m_i + RESCALE_THRESHOLD, tile_max, m_i)
+        alpha = gl.exp2(m_i - m_new)
+        l_i = l_i * alpha
+        acc = acc * gl.expand_dims(
+            gl.convert_layout(alpha * (v_ref / new_v_ref), row_o), 1
+        )
+        m_i = m_new
+        v_ref = new_v_ref
+        # P <= 2**(P_LOG2_SCALE + RESCALE_THRESHOLD).
+        P = gl.exp2(S - gl.expand_dims(m_i - P_LOG2_SCALE, 1))
+        l_i += gl.sum(P, axis=1)
+        P_v = gl.convert_layout(
+            (P * gl.expand_dims(v_scale / v_ref, 0)).to(gl.float16), p_layout
+        )
+        h = i % VH_STAGES
+        acc = warpgroup_mma(P_v, vh_smem.index(h).permute([1, 0]), acc, is_async=True)
+        acc = warpgroup_mma_wait(0, deps=[acc])
+        mbarrier.arrive(vhfree.index(h))
+        i += STEP
 
     rows = my_row0 + gl.arange(0, ROWS, layout=row_o)
     q_tok = rows // NUM_QUERIES_PER_KV
@@ -630,14 +592,11 @@ def kernel_int8_split_kv_verify_wgmma(
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
     kfree = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
     vhfree = gl.allocate_shared_memory(gl.int64, [VH_STAGES, 1], bar_layout)
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
     for s in gl.static_range(STAGES):
         mbarrier.init(ready.index(s), count=1)
         mbarrier.init(kfree.index(s), count=CONSUMERS_PER_TILE)
     for h in gl.static_range(VH_STAGES):
         mbarrier.init(vhfree.index(h), count=CONSUMERS_PER_TILE)
-    for c in gl.static_range(2):
-        mbarrier.init(turn.index(c), count=1)
 
     block_table_row = block_table_ptr + seq_idx.to(gl.int64) * block_table_stride
     k_head_ptr = k_cache_ptr + kv_head_idx * stride_head
@@ -689,7 +648,6 @@ def kernel_int8_split_kv_verify_wgmma(
                     ready,
                     kfree,
                     vhfree,
-                    turn,
                     out_ptr,
                     segm_out_ptr,
                     segm_max_ptr,
@@ -737,7 +695,6 @@ def kernel_int8_split_kv_verify_wgmma(
                     ready,
                     kfree,
                     vhfree,
-                    turn,
                     out_ptr,
                     segm_out_ptr,
                     segm_max_ptr,
