@@ -179,16 +179,15 @@ REFERENCE_SMS = 132
 REFERENCE_KV_HEADS = 4
 # Programs per multiprocessor beyond which larger batches get fewer segments.
 PROGRAMS_PER_SM = 8
-# The warpgroup-MMA kernel's 12 warps and 162 KB of shared memory (head size
-# 256) take a whole multiprocessor; more segments than one such wave were
-# slower (H200, 128K, before the consumers' turns: 6 tokens 152 instead of
-# 140 us, 16 tokens 219 instead of 203 us).
+# The warpgroup-MMA kernel's 12 warps and ~150 KB of shared memory (head
+# size 256) take a whole multiprocessor; more segments than one such wave
+# were slower (H200, 128K: 6 tokens 152 instead of 140 us, 16 tokens 219
+# instead of 203 us).
 WGMMA_PROGRAMS_PER_SM = 1
-# Its widened V tiles (more than the 2 tiles between a consumer's
-# consecutive ones when the consumers alternate: a consumer holds its
-# tile's while it waits for its next), and the tiles copied ahead of the
-# widening.
-WGMMA_VH_STAGES = 3
+# Its widened V tiles, and the tiles copied ahead of the widening: deeper
+# rings (6 stages, 4 tiles ahead, 3 widened tiles) changed nothing on an
+# H200 (128K, 6 / 16 tokens: 132.7 / 205.3 us against 136.6 / 196.5).
+WGMMA_VH_STAGES = 2
 WGMMA_AHEAD = 2
 
 
