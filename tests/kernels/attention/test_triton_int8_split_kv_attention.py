@@ -637,7 +637,10 @@ def test_int8_split_kv_geometry_table(capability_major):
                     entry
                 )
                 assert segs & (segs - 1) == 0 and segs <= entry.num_segments
-                assert segs == 1 or segs * num_tokens <= MAX_PARTIALS
+                # The warpgroup-MMA kernel's consumers write a partial each
+                # when they split a segment's tiles (up to block_m rows).
+                partials = 2 if entry.wgmma and rows <= entry.block_m else 1
+                assert segs == 1 or segs * num_tokens * partials <= MAX_PARTIALS
         if capability_major == 9:
             assert entry.wgmma == (rows > 32)
         else:
@@ -696,7 +699,7 @@ def test_int8_split_kv_geometry_fills_the_gpu_with_fewer_kv_heads():
     as many programs as the whole layer would; the row kernels' verify steps,
     and layers with 4 or more KV heads, keep the table's segments; Hopper's
     warpgroup-MMA verify kernel takes as many segments as fill one wave of
-    two programs per multiprocessor."""
+    one program per multiprocessor."""
 
     def segments(max_query_len, num_kv_heads, num_seqs=1, partials=MAX_PARTIALS):
         return select_int8_split_kv_geometry(
@@ -717,10 +720,10 @@ def test_int8_split_kv_geometry_fills_the_gpu_with_fewer_kv_heads():
         for max_query_len in (2, 4):
             assert segments(max_query_len, num_kv_heads) == segments(max_query_len, 4)
         for max_query_len in (6, 16):
-            # 64 query rows per program.
-            programs = num_kv_heads * -(-6 * max_query_len // 64)
-            wave = 1 << ((2 * 132 // programs).bit_length() - 1)
-            assert segments(max_query_len, num_kv_heads) == min(64, wave)
+            # Up to 128 query rows per program (36 and 96 here).
+            programs = num_kv_heads
+            wave = 1 << ((132 // programs).bit_length() - 1)
+            assert segments(max_query_len, num_kv_heads) == min(32, wave)
     # Larger batches: the decode grid stays about the same size.
     for num_kv_heads in (1, 2, 4):
         grid = 64 * num_kv_heads * segments(1, num_kv_heads, 64, 1 << 20)
@@ -752,10 +755,24 @@ def test_int8_split_kv_hybrid_padded_pages(query_lens):
 
 def _offline_stats(geometry, block_size, arch, sliding_window=0):
     """Compile the split-KV kernel of ``geometry`` (Triton, or Gluon for the
-    warpgroup-MMA one) for ``sm_<arch>`` without a GPU (Triton's compiler and
-    ptxas) at the Qwen3.5-27B attention shape; return the per-thread stack
-    bytes (register spills) cuobjdump reports and, for the warpgroup-MMA
-    kernel, whether ptxas serialised its wgmma instructions."""
+    warpgroup-MMA one, in both of its row modes) for ``sm_<arch>`` without a
+    GPU (Triton's compiler and ptxas) at the Qwen3.5-27B attention shape;
+    return the per-thread stack bytes (register spills) cuobjdump reports
+    and, for the warpgroup-MMA kernel, whether ptxas serialised its wgmma
+    instructions."""
+    if geometry.wgmma:
+        stats = [
+            _offline_compile(geometry, block_size, arch, sliding_window, split)
+            for split in (False, True)
+        ]
+        return {
+            "stack": max(st["stack"] for st in stats),
+            "wgmma_serialized": any(st["wgmma_serialized"] for st in stats),
+        }
+    return _offline_compile(geometry, block_size, arch, sliding_window)
+
+
+def _offline_compile(geometry, block_size, arch, sliding_window, tile_split=False):
     from triton import knobs
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, compile
@@ -779,8 +796,15 @@ def _offline_stats(geometry, block_size, arch, sliding_window=0):
         from vllm.v1.attention.ops import triton_int8_split_kv_wgmma as wgmma
 
         kernel = wgmma.kernel_int8_split_kv_verify_wgmma
-        constants.update(STAGES=geometry.num_stages)
+        constants.update(
+            STAGES=geometry.num_stages,
+            VH_STAGES=mod.WGMMA_VH_STAGES,
+            AHEAD=min(mod.WGMMA_AHEAD, geometry.num_stages - 1),
+            TILE_SPLIT=tile_split,
+        )
+        options = dict(num_warps=geometry.num_warps, maxnreg=wgmma.MAX_REGISTERS)
     else:
+        options = dict(num_warps=geometry.num_warps, num_stages=geometry.num_stages)
         constants.update(RUN=mod._run_tokens(block_size, geometry.tile_size), WIDEN=2)
         if geometry.swap_ab:
             kernel = mod.kernel_int8_split_kv_verify
@@ -824,11 +848,7 @@ def _offline_stats(geometry, block_size, arch, sliding_window=0):
         constexprs={(kernel.arg_names.index(k),): v for k, v in constants.items()},
         attrs={(i,): [["tt.divisibility", 16]] for i in aligned},
     )
-    compiled = compile(
-        src,
-        target=GPUTarget("cuda", arch, 32),
-        options=dict(num_warps=geometry.num_warps, num_stages=geometry.num_stages),
-    )
+    compiled = compile(src, target=GPUTarget("cuda", arch, 32), options=options)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "kernel.cubin")
         with open(path, "wb") as f:

@@ -59,10 +59,14 @@ from vllm.triton_utils import tl, triton
 
 try:
     from vllm.v1.attention.ops.triton_int8_split_kv_wgmma import (
+        MAX_REGISTERS as WGMMA_MAX_REGISTERS,
+    )
+    from vllm.v1.attention.ops.triton_int8_split_kv_wgmma import (
         kernel_int8_split_kv_verify_wgmma,
     )
 except ImportError:  # No Triton, or a Triton without Gluon.
     kernel_int8_split_kv_verify_wgmma = None
+    WGMMA_MAX_REGISTERS = None
 
 logger = init_logger(__name__)
 
@@ -111,10 +115,11 @@ class Int8SplitKVGeometry:
             tiles no longer than it) make Triton give each warp whole rows,
             so the softmax needs no cross-warp traffic.
         wgmma: Hopper only: the verify kernel on warpgroup MMA
-            (``kernel_int8_split_kv_verify_wgmma``); ``block_m`` must be
-            ``16 * num_warps`` (each warp owns 16 rows).  Elsewhere, and
-            under Triton's interpreter, the same geometry runs the swapped
-            kernel.
+            (``kernel_int8_split_kv_verify_wgmma``, one program per
+            multiprocessor); ``block_m`` must be ``16 * num_warps``, the rows
+            of each of its two consumer warpgroups, and ``num_stages`` is its
+            int8 ring.  Elsewhere, and under Triton's interpreter, the same
+            geometry runs the swapped kernel.
     """
 
     tile_size: int
@@ -135,17 +140,16 @@ class Int8SplitKVGeometry:
 #
 # Hopper (sm_90), measured on an H200 (benchmarks/kernels/
 # benchmark_int8_kv_attention.py): verify steps of more than 32 rows run
-# the warpgroup-MMA kernel, one warpgroup per 64 rows (12-16 tokens x 6
-# heads take two programs), 32-token tiles in three stages: 1.4-1.7x faster
-# than the swapped Triton kernel (64 rows per program, wgmma for P.V only,
-# register-bound at 8 warps per multiprocessor), whose deeper pipelines
-# (3-8 stages) changed nothing.  17-32 rows (4 tokens x 6 heads) split P.V
-# into 32-channel dots so that each of 2 warps owns 16 rows: 1.1-1.5x
-# faster than one P.V dot over the head with 4 warps.
+# the warp-specialised warpgroup-MMA kernel, 32-token tiles in four int8
+# stages, one program per multiprocessor: its two consumer warpgroups share
+# each tile's copy and widening (12-16 tokens x 6 heads: 128 rows) or take
+# alternate tiles of the same 64 rows (6-10 tokens).  17-32 rows (4 tokens
+# x 6 heads) split P.V into 32-channel dots so that each of 2 warps owns 16
+# rows: 1.1-1.5x faster than one P.V dot over the head with 4 warps.
 _SM90_GEOMETRIES: tuple[tuple[int, Int8SplitKVGeometry], ...] = (
     (16, Int8SplitKVGeometry(32, 128, 2, 2, 16)),
     (32, Int8SplitKVGeometry(32, 128, 2, 2, 32, pv_chunk=32)),
-    (16 * MAX_QUERY_LEN, Int8SplitKVGeometry(32, 64, 4, 3, 64, wgmma=True)),
+    (16 * MAX_QUERY_LEN, Int8SplitKVGeometry(32, 32, 4, 4, 64, wgmma=True)),
 )
 # Ampere and Ada (sm_80/86/89): no timings yet.  Geometries that compile
 # without register spills for sm_86 (the decode entry spills 8 bytes per
@@ -175,11 +179,16 @@ REFERENCE_SMS = 132
 REFERENCE_KV_HEADS = 4
 # Programs per multiprocessor beyond which larger batches get fewer segments.
 PROGRAMS_PER_SM = 8
-# The warpgroup-MMA kernel's shared memory (99 KB at head size 256) and
-# registers leave room for two programs per multiprocessor; more segments
-# than one such wave were slower (H200, 128K, 6 tokens: 64 segments 138 us,
-# 128 segments 152 us).
-WGMMA_PROGRAMS_PER_SM = 2
+# The warpgroup-MMA kernel's 12 warps and ~150 KB of shared memory (head
+# size 256) take a whole multiprocessor; more segments than one such wave
+# were slower (H200, 128K: 6 tokens 152 instead of 140 us, 16 tokens 219
+# instead of 203 us).
+WGMMA_PROGRAMS_PER_SM = 1
+# Its widened V tiles, and the tiles copied ahead of the widening: deeper
+# rings (6 stages, 4 tiles ahead, 3 widened tiles) changed nothing on an
+# H200 (128K, 6 / 16 tokens: 132.7 / 205.3 us against 136.6 / 196.5).
+WGMMA_VH_STAGES = 2
+WGMMA_AHEAD = 2
 
 
 @functools.cache
@@ -268,16 +277,22 @@ def select_int8_split_kv_geometry(
     # Larger batches fill the GPU with requests; keep the grid ~constant.
     programs_per_seq = max(num_kv_heads, 1)
     max_programs = PROGRAMS_PER_SM * max(num_sms, 1)
+    partials_per_segment = 1
     if base.wgmma:
         # One wave of programs, the row splits of each KV head included.
-        programs_per_seq *= triton.cdiv(rows, base.block_m)
+        if rows <= base.block_m:
+            partials_per_segment = 2
+        programs_per_seq *= triton.cdiv(rows, base.block_m * 2 // partials_per_segment)
         max_programs = WGMMA_PROGRAMS_PER_SM * max(num_sms, 1)
     while (
         num_segments > 1 and num_seqs * programs_per_seq * num_segments > max_programs
     ):
         num_segments //= 2
     # Stay within the scratch buffers (num_segments is a power of two).
-    while num_segments > 1 and num_tokens * num_segments > max_partials:
+    while (
+        num_segments > 1
+        and num_tokens * num_segments * partials_per_segment > max_partials
+    ):
         num_segments //= 2
     return dataclasses.replace(base, num_segments=num_segments)
 
@@ -290,6 +305,19 @@ def _wgmma_supported() -> bool:
         kernel_int8_split_kv_verify_wgmma is not None
         and _PTX_WIDEN
         and _device_properties()[0] == 9
+    )
+
+
+def _wgmma_tile_split(
+    geometry: Int8SplitKVGeometry, rows: int, num_tokens: int, max_partials: int
+) -> bool:
+    """Whether the warpgroup-MMA kernel's two consumers hold the same
+    ``block_m`` rows and take alternate tiles (two partial results per
+    segment) rather than ``block_m`` rows each: for up to ``block_m`` rows,
+    when the scratch buffers hold the partials."""
+    return (
+        rows <= geometry.block_m
+        and 2 * num_tokens * geometry.num_segments <= max_partials
     )
 
 
@@ -1411,11 +1439,24 @@ def int8_split_kv_attention(
     )
     if geometry.wgmma and not _wgmma_supported():
         geometry = dataclasses.replace(geometry, wgmma=False, swap_ab=True)
+    num_partials = num_segments
     if geometry.wgmma:
-        row_splits = triton.cdiv(rows, geometry.block_m)
+        tile_split = _wgmma_tile_split(geometry, rows, num_tokens, segm_output.shape[0])
+        row_splits = triton.cdiv(rows, geometry.block_m * (1 if tile_split else 2))
+        if tile_split:
+            num_partials = 2 * num_segments
         kernel_int8_split_kv_verify_wgmma[
             (num_kv_heads * row_splits, num_seqs, num_segments)
-        ](*args, ROW_SPLITS=row_splits, STAGES=geometry.num_stages, **common)
+        ](
+            *args,
+            ROW_SPLITS=row_splits,
+            STAGES=geometry.num_stages,
+            VH_STAGES=WGMMA_VH_STAGES,
+            AHEAD=min(WGMMA_AHEAD, geometry.num_stages - 1),
+            TILE_SPLIT=tile_split,
+            maxnreg=WGMMA_MAX_REGISTERS,
+            **common,
+        )
     elif geometry.swap_ab:
         # Whole query tokens per program, at most block_m rows (one token's
         # heads at least), spread evenly over the programs of a KV head.
@@ -1447,7 +1488,7 @@ def int8_split_kv_attention(
             **common,
             **triton_only,
         )
-    if num_segments > 1:
+    if num_partials > 1:
         head_block = min(64, head_size)
         kernel_int8_split_kv_reduce[
             (num_tokens, num_query_heads, head_size // head_block)
@@ -1458,7 +1499,7 @@ def int8_split_kv_attention(
             segm_expsum,
             cu_seqlens_q,
             num_seqs,
-            num_segments,
+            num_partials,
             num_query_heads=num_query_heads,
             out_stride_0=out.stride(0),
             out_stride_1=out.stride(1),

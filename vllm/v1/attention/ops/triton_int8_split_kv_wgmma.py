@@ -3,26 +3,36 @@
 """Hopper (sm_90) verify kernel over the INT8 per-token-head KV cache.
 
 Written in Gluon (``triton.experimental.gluon``), which exposes warpgroup
-MMA (wgmma), shared-memory layouts and asynchronous copies explicitly.  One
-program holds up to ``16 * num_warps`` query rows of a (request, KV head,
-context segment), in FlashAttention-3's orientation:
+MMA (wgmma), shared memory, mbarriers and warp specialisation explicitly.
+One program (one per multiprocessor) holds the query rows of a (request, KV
+head, context segment) in FlashAttention-3's orientation, the rows on the M
+axis, and runs three warpgroups:
 
-* the query rows' int8 high and low parts (as in
-  ``triton_int8_split_kv_attention``) sit in shared memory, and ``S = Q K^T``
-  runs as two int8 wgmma products that read Q and the K tile from there, so
-  K is never widened and every row's scores stay in one warp (the softmax
-  needs two lane shuffles per row, no cross-warp reduction);
-* the tile's transposed V is widened to fp16 once per tile by all threads,
-  into the shared-memory B operand of ``O += P V``, whose A operand (P)
-  comes from registers;
-* K, V and their scales arrive by ``cp.async`` in a ring of ``STAGES``
-  shared-memory buffers, their block-table entries read one tile early;
-  the threads widen V while the tensor cores compute Q.K.
+* a producer (the default partition, few registers) copies the K and V
+  tiles and their scales by ``cp.async`` into a ring of ``STAGES`` int8
+  stages, reading the block table one tile ahead, and widens each tile's
+  transposed V to fp16 (once, for every row) into a ring of ``VH_STAGES``
+  tiles, the B operand of P.V;
+* two consumers hold 64 query rows each, with the rows' int8 high and low
+  parts (as in ``triton_int8_split_kv_attention``) in shared memory:
+  ``S = Q K^T`` runs as two int8 wgmma products that read Q and the K tile
+  from there, so K is never widened and a row's scores stay in one warp
+  (two lane shuffles per row), then the softmax and ``O += P V`` with P
+  from registers.
 
-Partial results have the layout of ``kernel_int8_split_kv_attention``'s, and
-its reduce kernel merges the segments.  Gluon kernels do not run under
-Triton's interpreter; there, and on other GPUs, the launcher uses the
-swapped Triton kernel instead.
+With up to 64 rows (``TILE_SPLIT``: up to 10 tokens at 6 query heads per KV
+head) both consumers hold the same rows and take alternate tiles, each
+writing its own partial result; with 65-128 rows (12-16 tokens) consumer
+``c`` holds rows ``64 c .. 64 c + 63`` and both consume every tile, so a
+tile is copied and widened once for all rows.  Stages pass between the
+partitions through mbarriers: ``ready`` (copied and widened), ``kfree``
+(Q.K done) and ``vhfree`` (P.V done).
+
+Partial results have the layout of ``kernel_int8_split_kv_attention``'s,
+``2 * num_segments`` of them per token with ``TILE_SPLIT``, and its reduce
+kernel merges them.  Gluon kernels do not run under Triton's interpreter;
+there, and on other GPUs, the launcher uses the swapped Triton kernel
+instead.
 """
 
 try:
@@ -31,6 +41,7 @@ try:
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
     from triton.experimental.gluon.language.nvidia.hopper import (
         fence_async_shared,
+        mbarrier,
         warpgroup_mma,
         warpgroup_mma_wait,
     )
@@ -128,8 +139,8 @@ def _issue_tile(
     # A run's source is its block's offset plus offsets that are the same
     # for every tile, so the threads compute one 64-bit base per run rather
     # than an address per 16-byte chunk.  Nothing is masked: slots past the
-    # context hold cache bytes (finite int8) and scales that the consumer
-    # replaces by zero.
+    # context hold cache bytes (finite int8) and scales that the consumers
+    # replace by zero.
     k_base = _run_bases(
         blocks, tile, t_k, stride_page, HEAD_SIZE, TILE_SIZE, BLOCK_SIZE
     )
@@ -145,6 +156,334 @@ def _issue_tile(
     ) + (t_s % 16)
     async_copy.async_copy_global_to_shared(ks_smem.index(stage), ks_head_ptr + s_off)
     async_copy.async_copy_global_to_shared(vs_smem.index(stage), vs_head_ptr + s_off)
+
+
+# Registers per consumer thread; the producer gets what is left of the
+# 168 x 384 the launcher's maxnreg allows (56).
+CONSUMER_REGISTERS = gl.constexpr(224)
+# maxnreg for the program's 12 warps: the register file (64K) / 384 threads,
+# rounded down to the allocation granule.
+MAX_REGISTERS = 168
+
+
+@gluon.jit
+def _producer(
+    k_smem,
+    v_smem,
+    ks_smem,
+    vs_smem,
+    vh_smem,
+    ready,
+    kfree,
+    vhfree,
+    block_table_row,
+    k_head_ptr,
+    v_head_ptr,
+    ks_head_ptr,
+    vs_head_ptr,
+    seq_len,
+    tile_lo,
+    n_tiles,
+    stride_page,
+    stride_scale_page,
+    HEAD_SIZE: gl.constexpr,
+    TILE_SIZE: gl.constexpr,
+    BLOCK_SIZE: gl.constexpr,
+    STAGES: gl.constexpr,
+    VH_STAGES: gl.constexpr,
+    AHEAD: gl.constexpr,
+):
+    NUM_WARPS: gl.constexpr = gl.num_warps()
+    # 16 bytes per thread along the contiguous dimension.
+    ROW_LOAD: gl.constexpr = gl.BlockedLayout(
+        [1, 16], [32 * 16 // HEAD_SIZE, HEAD_SIZE // 16], [NUM_WARPS, 1], [1, 0]
+    )
+    V_LOAD: gl.constexpr = gl.BlockedLayout(
+        [1, 16], [32 * 16 // TILE_SIZE, TILE_SIZE // 16], [NUM_WARPS, 1], [1, 0]
+    )
+    S_LOAD: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
+    # Every thread holds the tile's run blocks.
+    RUNS: gl.constexpr = gl.BlockedLayout([TILE_SIZE // 16], [32], [NUM_WARPS], [0])
+    # Offsets of K and V^T bytes within their 16-token run, the same for
+    # every tile.
+    t_k = gl.arange(0, TILE_SIZE, layout=gl.SliceLayout(1, ROW_LOAD))
+    d_k = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, ROW_LOAD))
+    k_offs = gl.expand_dims((t_k % 16) * HEAD_SIZE, 1) + gl.expand_dims(d_k, 0)
+    t_v = gl.arange(0, TILE_SIZE, layout=gl.SliceLayout(0, V_LOAD))
+    d_v = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(1, V_LOAD))
+    v_offs = gl.expand_dims(d_v * BLOCK_SIZE, 1) + gl.expand_dims(t_v % 16, 0)
+    t_s = gl.arange(0, TILE_SIZE, layout=S_LOAD)
+
+    # The copies run AHEAD tiles ahead of the widening: iteration ``nxt``
+    # issues tile ``nxt``'s copies (int8 stage s holds tile i once the
+    # consumers are done with Q.K of tile i - STAGES: kfree; this partition
+    # widened its V before, in program order) and widens tile
+    # ``nxt - AHEAD``.  Block-table entries are read one iteration early.
+    blocks = _tile_blocks(
+        block_table_row, tile_lo, seq_len, TILE_SIZE, BLOCK_SIZE, RUNS
+    )
+    for nxt in range(n_tiles + AHEAD):
+        if nxt < n_tiles:
+            mbarrier.wait(kfree.index(nxt % STAGES), ((nxt // STAGES) & 1) ^ 1)
+            _issue_tile(
+                k_smem,
+                v_smem,
+                ks_smem,
+                vs_smem,
+                nxt % STAGES,
+                tile_lo + nxt,
+                blocks,
+                k_head_ptr,
+                v_head_ptr,
+                ks_head_ptr,
+                vs_head_ptr,
+                k_offs,
+                v_offs,
+                t_k,
+                t_v,
+                t_s,
+                stride_page,
+                stride_scale_page,
+                HEAD_SIZE,
+                TILE_SIZE,
+                BLOCK_SIZE,
+            )
+        async_copy.commit_group()
+        blocks = _tile_blocks(
+            block_table_row, tile_lo + nxt + 1, seq_len, TILE_SIZE, BLOCK_SIZE, RUNS
+        )
+        i = nxt - AHEAD
+        if i >= 0:
+            # Tile i has arrived (every thread's copies: the barrier).
+            async_copy.wait_group(AHEAD)
+            gl.thread_barrier()
+            v8 = v_smem.index(i % STAGES).load(V_LOAD)
+            h = i % VH_STAGES
+            mbarrier.wait(vhfree.index(h), ((i // VH_STAGES) & 1) ^ 1)
+            vh_smem.index(h).store(_widen(v8))
+            # The copied K and the widened V are visible to the tensor cores.
+            fence_async_shared()
+            mbarrier.arrive(ready.index(i % STAGES))
+    async_copy.wait_group(0)
+
+
+@gluon.jit
+def _consumer(
+    q_hi_smem,
+    q_lo_smem,
+    k_smem,
+    ks_smem,
+    vs_smem,
+    vh_smem,
+    ready,
+    kfree,
+    vhfree,
+    out_ptr,
+    segm_out_ptr,
+    segm_max_ptr,
+    segm_expsum_ptr,
+    q_ptr,
+    qk_scale,
+    q_start,
+    q_len,
+    seq_len,
+    kv_head_idx,
+    row0,
+    segm_idx,
+    num_segments,
+    tile_lo,
+    n_tiles,
+    full_lo,
+    full_hi,
+    causal,
+    num_query_heads: gl.constexpr,
+    q_stride_0,
+    q_stride_1,
+    out_stride_0,
+    out_stride_1,
+    NUM_QUERIES_PER_KV: gl.constexpr,
+    HEAD_SIZE: gl.constexpr,
+    TILE_SIZE: gl.constexpr,
+    STAGES: gl.constexpr,
+    VH_STAGES: gl.constexpr,
+    P_LOG2_SCALE: gl.constexpr,
+    RESCALE_THRESHOLD: gl.constexpr,
+    SLIDING_WINDOW: gl.constexpr,
+    TILE_SPLIT: gl.constexpr,
+    C: gl.constexpr,  # which consumer (0 or 1)
+):
+    NUM_WARPS: gl.constexpr = gl.num_warps()
+    ROWS: gl.constexpr = 16 * NUM_WARPS
+    # Scores (int32) and output (fp32) in wgmma's accumulator layouts; P is
+    # the register A operand of the P.V product.
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, TILE_SIZE, 32]
+    )
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, HEAD_SIZE, 16]
+    )
+    p_layout: gl.constexpr = gl.DotOperandLayout(
+        operand_index=0, parent=o_layout, k_width=2
+    )
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    col_o: gl.constexpr = gl.SliceLayout(0, o_layout)
+    ROW_LOAD: gl.constexpr = gl.BlockedLayout(
+        [1, 16], [32 * 16 // HEAD_SIZE, HEAD_SIZE // 16], [NUM_WARPS, 1], [1, 0]
+    )
+    if TILE_SPLIT:
+        my_row0 = row0
+        my_tiles = (n_tiles - C + 1) // 2
+    else:
+        my_row0 = row0 + C * ROWS
+        my_tiles = n_tiles
+
+    # Row r is query token r // G, query head kv_head_idx * G + r % G
+    # (G = NUM_QUERIES_PER_KV).  Q / s = q_hi + q_lo / 254 per row, with
+    # s = max|Q| / 127: 254 * (q_hi . K) + q_lo . K is exact in int32.
+    r_q = my_row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, ROW_LOAD))
+    d_q = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, ROW_LOAD))
+    tok_q = r_q // NUM_QUERIES_PER_KV
+    head_q = kv_head_idx * NUM_QUERIES_PER_KV + r_q % NUM_QUERIES_PER_KV
+    Q = gl.load(
+        q_ptr
+        + gl.expand_dims((q_start + tok_q).to(gl.int64) * q_stride_0, 1)
+        + gl.expand_dims(head_q * q_stride_1, 1)
+        + gl.expand_dims(d_q, 0),
+        mask=gl.expand_dims(tok_q < q_len, 1),
+        other=0.0,
+    ).to(gl.float32)
+    q_amax = gl.max(gl.abs(Q), axis=1)
+    q_scale = gl.where(q_amax > 0.0, q_amax / 127.0, 1.0)
+    Q = Q / gl.expand_dims(q_scale, 1)
+    q_hi = gl.floor(Q + 0.5)
+    q_lo_smem.store(gl.floor((Q - q_hi) * 254.0 + 0.5).to(gl.int8))
+    q_hi_smem.store(q_hi.to(gl.int8))
+    fence_async_shared()
+    gl.thread_barrier()
+    row_qk_scale = gl.convert_layout(q_scale * (qk_scale / 254.0), row_s)
+    # The query tokens are the request's last q_len positions.
+    q_pos = (
+        seq_len
+        - q_len
+        + (my_row0 + gl.arange(0, ROWS, layout=row_s)) // NUM_QUERIES_PER_KV
+    )
+    kv_limit = gl.where(causal != 0, q_pos + 1, seq_len)
+
+    # m_i: each row's softmax reference (log2 units; a finite sentinel until
+    # the row sees a key); l_i: the sum of P; acc: the sum of P * v_scale * V
+    # in units of v_ref, the largest V scale seen so far, so that the fp16 P
+    # operand never limits the range.  A row's reference moves only when its
+    # maximum exceeds it by more than RESCALE_THRESHOLD.
+    m_i = gl.full([ROWS], -3.0e38, gl.float32, row_s)
+    l_i = gl.zeros([ROWS], gl.float32, row_s)
+    acc = gl.zeros([ROWS, HEAD_SIZE], gl.float32, o_layout)
+    s_zero = gl.zeros([ROWS, TILE_SIZE], gl.int32, s_layout)
+    v_ref = 1e-30
+    t_col = gl.arange(0, TILE_SIZE, layout=col_s)
+    if TILE_SPLIT:
+        STEP: gl.constexpr = 2
+    else:
+        STEP: gl.constexpr = 1
+    i = C if TILE_SPLIT else 0
+    for _ in range(my_tiles):
+        j = tile_lo + i
+        s = i % STAGES
+        mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+        k_t = k_smem.index(s).permute([1, 0])
+        # One int32 accumulator: 254 * (q_hi . K), then + q_lo . K.  Half
+        # the score registers of two products, and 7-10% faster tiles on an
+        # H200 with up to 64 rows, although the products then run one
+        # after the other; |254 * S_hi + S_lo| < 2**31, so it is exact.
+        s_int = warpgroup_mma(q_hi_smem, k_t, s_zero, use_acc=False, is_async=True)
+        k_scale = ks_smem.index(s).load(col_s)
+        v_scale = vs_smem.index(s).load(col_s)
+        s_int = warpgroup_mma_wait(0, deps=[s_int])
+        s_int = warpgroup_mma(q_lo_smem, k_t, s_int * 254, use_acc=True, is_async=True)
+        s_int = warpgroup_mma_wait(0, deps=[s_int])
+        mbarrier.arrive(kfree.index(s))
+        pos = j * TILE_SIZE + t_col
+        masked = (j >= full_hi) | (j < full_lo)
+        if masked:
+            # Slots past the context hold whatever the cache holds there
+            # (the copies are not masked).
+            k_scale = gl.where(pos < seq_len, k_scale, 0.0)
+            v_scale = gl.where(pos < seq_len, v_scale, 0.0)
+        S = (
+            s_int.to(gl.float32)
+            * gl.expand_dims(row_qk_scale, 1)
+            * gl.expand_dims(k_scale, 0)
+        )
+        if masked:
+            kv_pos = gl.expand_dims(pos, 0)
+            visible = kv_pos < gl.expand_dims(kv_limit, 1)
+            if SLIDING_WINDOW > 0:
+                distance = gl.expand_dims(q_pos, 1) - kv_pos
+                visible &= (distance < SLIDING_WINDOW) & (-distance < SLIDING_WINDOW)
+            S = gl.where(visible, S, float("-inf"))
+        tile_max = gl.max(S, axis=1)
+        new_v_ref = gl.maximum(gl.max(v_scale, axis=0), v_ref)
+        m_new = gl.where(tile_max > m_i + RESCALE_THRESHOLD, tile_max, m_i)
+        alpha = gl.exp2(m_i - m_new)
+        l_i = l_i * alpha
+        acc = acc * gl.expand_dims(
+            gl.convert_layout(alpha * (v_ref / new_v_ref), row_o), 1
+        )
+        m_i = m_new
+        v_ref = new_v_ref
+        # P <= 2**(P_LOG2_SCALE + RESCALE_THRESHOLD).
+        P = gl.exp2(S - gl.expand_dims(m_i - P_LOG2_SCALE, 1))
+        l_i += gl.sum(P, axis=1)
+        P_v = gl.convert_layout(
+            (P * gl.expand_dims(v_scale / v_ref, 0)).to(gl.float16), p_layout
+        )
+        h = i % VH_STAGES
+        acc = warpgroup_mma(P_v, vh_smem.index(h).permute([1, 0]), acc, is_async=True)
+        acc = warpgroup_mma_wait(0, deps=[acc])
+        mbarrier.arrive(vhfree.index(h))
+        i += STEP
+
+    rows = my_row0 + gl.arange(0, ROWS, layout=row_o)
+    q_tok = rows // NUM_QUERIES_PER_KV
+    q_head = kv_head_idx * NUM_QUERIES_PER_KV + rows % NUM_QUERIES_PER_KV
+    row_mask = q_tok < q_len
+    token_idx = (q_start + q_tok).to(gl.int64)
+    l_o = gl.convert_layout(l_i, row_o)
+    offs_d = gl.arange(0, HEAD_SIZE, layout=col_o)
+    acc = acc * v_ref
+    if TILE_SPLIT:
+        num_partials = 2 * num_segments
+        part = 2 * segm_idx + C
+    else:
+        num_partials = num_segments
+        part = segm_idx
+    if num_partials == 1:
+        inv_l = gl.where(l_o > 0.0, 1.0 / l_o, 0.0)
+        gl.store(
+            out_ptr
+            + gl.expand_dims(token_idx * out_stride_0 + q_head * out_stride_1, 1)
+            + gl.expand_dims(offs_d, 0),
+            (acc * gl.expand_dims(inv_l, 1)).to(out_ptr.dtype.element_ty),
+            mask=gl.expand_dims(row_mask, 1),
+        )
+    else:
+        # Unnormalised partials; rows that saw no key store (-inf, 0, 0).
+        partial = (token_idx * num_partials + part) * num_query_heads + q_head
+        gl.store(
+            segm_out_ptr
+            + gl.expand_dims(partial * HEAD_SIZE, 1)
+            + gl.expand_dims(offs_d, 0),
+            acc,
+            mask=gl.expand_dims(row_mask, 1),
+        )
+        m_o = gl.convert_layout(m_i, row_o)
+        gl.store(
+            segm_max_ptr + partial,
+            gl.where(l_o > 0.0, m_o, float("-inf")),
+            mask=row_mask,
+        )
+        gl.store(segm_expsum_ptr + partial, l_o, mask=row_mask)
 
 
 @gluon.jit(do_not_specialize=["num_segments", "block_table_stride", "causal"])
@@ -179,91 +518,29 @@ def kernel_int8_split_kv_verify_wgmma(
     HEAD_SIZE: gl.constexpr,
     BLOCK_SIZE: gl.constexpr,
     TILE_SIZE: gl.constexpr,
-    STAGES: gl.constexpr,
+    STAGES: gl.constexpr,  # int8 stages (K, V, scales)
+    VH_STAGES: gl.constexpr,  # widened V tiles
+    AHEAD: gl.constexpr,  # tiles copied ahead of the widening
+    TILE_SPLIT: gl.constexpr,  # 64 rows, alternate tiles (else 128 rows)
     P_LOG2_SCALE: gl.constexpr,  # P and l carry a factor 2**P_LOG2_SCALE
     RESCALE_THRESHOLD: gl.constexpr,
     SLIDING_WINDOW: gl.constexpr,  # keys per query position (0: all)
 ):
-    NUM_WARPS: gl.constexpr = gl.num_warps()
-    ROWS: gl.constexpr = 16 * NUM_WARPS
-    # Scores (int32) and output (fp32) in wgmma's accumulator layouts; P is
-    # the register A operand of the P.V product.
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, TILE_SIZE, 32]
-    )
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, HEAD_SIZE, 16]
-    )
-    p_layout: gl.constexpr = gl.DotOperandLayout(
-        operand_index=0, parent=o_layout, k_width=2
-    )
-    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-    col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
-    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    col_o: gl.constexpr = gl.SliceLayout(0, o_layout)
-    # 16 bytes per thread along the contiguous dimension.
-    ROW_LOAD: gl.constexpr = gl.BlockedLayout(
-        [1, 16], [32 * 16 // HEAD_SIZE, HEAD_SIZE // 16], [NUM_WARPS, 1], [1, 0]
-    )
-    V_LOAD: gl.constexpr = gl.BlockedLayout(
-        [1, 16], [32 * 16 // TILE_SIZE, TILE_SIZE // 16], [NUM_WARPS, 1], [1, 0]
-    )
-    S_LOAD: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
-    # Every thread holds the tile's run blocks.
-    RUNS: gl.constexpr = gl.BlockedLayout([TILE_SIZE // 16], [32], [NUM_WARPS], [0])
-    q_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
-        [ROWS, HEAD_SIZE], gl.int8
-    )
-    k_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
-        [TILE_SIZE, HEAD_SIZE], gl.int8
-    )
-    v_shared: gl.constexpr = gl.SwizzledSharedLayout(16, 1, 1, [1, 0])
-    vh_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
-        [HEAD_SIZE, TILE_SIZE], gl.float16
-    )
-    s_shared: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
-
+    # Each consumer warpgroup holds 64 rows.
+    ROWS: gl.constexpr = 64
+    if TILE_SPLIT:
+        PROGRAM_ROWS: gl.constexpr = ROWS
+        CONSUMERS_PER_TILE: gl.constexpr = 1
+    else:
+        PROGRAM_ROWS: gl.constexpr = 2 * ROWS
+        CONSUMERS_PER_TILE: gl.constexpr = 2
     kv_head_idx = gl.program_id(0) // ROW_SPLITS
-    row0 = gl.program_id(0) % ROW_SPLITS * ROWS
+    row0 = gl.program_id(0) % ROW_SPLITS * PROGRAM_ROWS
     seq_idx = gl.program_id(1)
     segm_idx = gl.program_id(2)
     q_start = gl.load(query_start_loc_ptr + seq_idx)
     q_len = gl.load(query_start_loc_ptr + seq_idx + 1) - q_start
     seq_len = gl.load(seq_lens_ptr + seq_idx)
-    if row0 >= q_len * NUM_QUERIES_PER_KV:
-        return
-
-    # Row r is query token r // G, query head kv_head_idx * G + r % G
-    # (G = NUM_QUERIES_PER_KV).  Q / s = q_hi + q_lo / 254 per row, with
-    # s = max|Q| / 127: 254 * (q_hi . K) + q_lo . K is exact in int32.
-    r_q = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, ROW_LOAD))
-    d_q = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, ROW_LOAD))
-    tok_q = r_q // NUM_QUERIES_PER_KV
-    head_q = kv_head_idx * NUM_QUERIES_PER_KV + r_q % NUM_QUERIES_PER_KV
-    Q = gl.load(
-        q_ptr
-        + gl.expand_dims((q_start + tok_q).to(gl.int64) * q_stride_0, 1)
-        + gl.expand_dims(head_q * q_stride_1, 1)
-        + gl.expand_dims(d_q, 0),
-        mask=gl.expand_dims(tok_q < q_len, 1),
-        other=0.0,
-    ).to(gl.float32)
-    q_amax = gl.max(gl.abs(Q), axis=1)
-    q_scale = gl.where(q_amax > 0.0, q_amax / 127.0, 1.0)
-    Q = Q / gl.expand_dims(q_scale, 1)
-    q_hi = gl.floor(Q + 0.5)
-    q_lo = gl.floor((Q - q_hi) * 254.0 + 0.5).to(gl.int8)
-    q_hi_smem = gl.allocate_shared_memory(
-        gl.int8, [ROWS, HEAD_SIZE], q_shared, q_hi.to(gl.int8)
-    )
-    q_lo_smem = gl.allocate_shared_memory(gl.int8, [ROWS, HEAD_SIZE], q_shared, q_lo)
-    row_qk_scale = gl.convert_layout(q_scale * (qk_scale / 254.0), row_s)
-    # The query tokens are the request's last q_len positions.
-    q_pos = (
-        seq_len
-        - q_len
-        + (row0 + gl.arange(0, ROWS, layout=row_s)) // NUM_QUERIES_PER_KV
-    )
 
     # This segment's tiles (as _segment_tiles of the Triton kernels): the
     # segments share the tiles some row sees; tiles outside
@@ -284,8 +561,27 @@ def kernel_int8_split_kv_verify_wgmma(
     if SLIDING_WINDOW > 0:
         seen = gl.minimum(seen, seq_len - q_len + SLIDING_WINDOW)
     full_hi = gl.minimum(tile_hi, seen // TILE_SIZE)
-    kv_limit = gl.where(causal != 0, q_pos + 1, seq_len)
+    # Programs past the request's rows (or its context) read no tiles; they
+    # still store their rows' partials (all masked).
+    n_tiles = gl.maximum(tile_hi - tile_lo, 0)
+    n_tiles = gl.where(row0 < q_len * NUM_QUERIES_PER_KV, n_tiles, 0)
 
+    q_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
+        [ROWS, HEAD_SIZE], gl.int8
+    )
+    k_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
+        [TILE_SIZE, HEAD_SIZE], gl.int8
+    )
+    v_shared: gl.constexpr = gl.SwizzledSharedLayout(16, 1, 1, [1, 0])
+    vh_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
+        [HEAD_SIZE, TILE_SIZE], gl.float16
+    )
+    s_shared: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
+    q_hi0 = gl.allocate_shared_memory(gl.int8, [ROWS, HEAD_SIZE], q_shared)
+    q_lo0 = gl.allocate_shared_memory(gl.int8, [ROWS, HEAD_SIZE], q_shared)
+    q_hi1 = gl.allocate_shared_memory(gl.int8, [ROWS, HEAD_SIZE], q_shared)
+    q_lo1 = gl.allocate_shared_memory(gl.int8, [ROWS, HEAD_SIZE], q_shared)
     k_smem = gl.allocate_shared_memory(
         gl.int8, [STAGES, TILE_SIZE, HEAD_SIZE], k_shared
     )
@@ -294,194 +590,151 @@ def kernel_int8_split_kv_verify_wgmma(
     )
     ks_smem = gl.allocate_shared_memory(gl.float32, [STAGES, TILE_SIZE], s_shared)
     vs_smem = gl.allocate_shared_memory(gl.float32, [STAGES, TILE_SIZE], s_shared)
-    vh_smem = gl.allocate_shared_memory(gl.float16, [HEAD_SIZE, TILE_SIZE], vh_shared)
+    vh_smem = gl.allocate_shared_memory(
+        gl.float16, [VH_STAGES, HEAD_SIZE, TILE_SIZE], vh_shared
+    )
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    kfree = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    vhfree = gl.allocate_shared_memory(gl.int64, [VH_STAGES, 1], bar_layout)
+    for s in gl.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(kfree.index(s), count=CONSUMERS_PER_TILE)
+    for h in gl.static_range(VH_STAGES):
+        mbarrier.init(vhfree.index(h), count=CONSUMERS_PER_TILE)
 
     block_table_row = block_table_ptr + seq_idx.to(gl.int64) * block_table_stride
     k_head_ptr = k_cache_ptr + kv_head_idx * stride_head
     v_head_ptr = v_cache_ptr + kv_head_idx * stride_head
     ks_head_ptr = k_scale_ptr + kv_head_idx * stride_scale_head
     vs_head_ptr = v_scale_ptr + kv_head_idx * stride_scale_head
-    # Offsets of K and V^T bytes within their 16-token run, the same for
-    # every tile.
-    t_k = gl.arange(0, TILE_SIZE, layout=gl.SliceLayout(1, ROW_LOAD))
-    d_k = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, ROW_LOAD))
-    k_offs = gl.expand_dims((t_k % 16) * HEAD_SIZE, 1) + gl.expand_dims(d_k, 0)
-    t_v = gl.arange(0, TILE_SIZE, layout=gl.SliceLayout(0, V_LOAD))
-    d_v = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(1, V_LOAD))
-    v_offs = gl.expand_dims(d_v * BLOCK_SIZE, 1) + gl.expand_dims(t_v % 16, 0)
-    t_s = gl.arange(0, TILE_SIZE, layout=S_LOAD)
-
-    for p in gl.static_range(STAGES - 1):
-        if tile_lo + p < tile_hi:
-            _issue_tile(
-                k_smem,
-                v_smem,
-                ks_smem,
-                vs_smem,
-                p,
-                tile_lo + p,
-                _tile_blocks(
-                    block_table_row, tile_lo + p, seq_len, TILE_SIZE, BLOCK_SIZE, RUNS
+    # (The argument tuples are written out: a tuple held in a variable
+    # would lose its constexprs.)
+    gl.warp_specialize(
+        [
+            (
+                _producer,
+                (
+                    k_smem,
+                    v_smem,
+                    ks_smem,
+                    vs_smem,
+                    vh_smem,
+                    ready,
+                    kfree,
+                    vhfree,
+                    block_table_row,
+                    k_head_ptr,
+                    v_head_ptr,
+                    ks_head_ptr,
+                    vs_head_ptr,
+                    seq_len,
+                    tile_lo,
+                    n_tiles,
+                    stride_page,
+                    stride_scale_page,
+                    HEAD_SIZE,
+                    TILE_SIZE,
+                    BLOCK_SIZE,
+                    STAGES,
+                    VH_STAGES,
+                    AHEAD,
                 ),
-                k_head_ptr,
-                v_head_ptr,
-                ks_head_ptr,
-                vs_head_ptr,
-                k_offs,
-                v_offs,
-                t_k,
-                t_v,
-                t_s,
-                stride_page,
-                stride_scale_page,
-                HEAD_SIZE,
-                TILE_SIZE,
-                BLOCK_SIZE,
-            )
-        async_copy.commit_group()
-    # Block-table entries of the tile issued in the next iteration.
-    next_tile = tile_lo + STAGES - 1
-    next_blocks = _tile_blocks(
-        block_table_row, next_tile, seq_len, TILE_SIZE, BLOCK_SIZE, RUNS
+            ),
+            (
+                _consumer,
+                (
+                    q_hi0,
+                    q_lo0,
+                    k_smem,
+                    ks_smem,
+                    vs_smem,
+                    vh_smem,
+                    ready,
+                    kfree,
+                    vhfree,
+                    out_ptr,
+                    segm_out_ptr,
+                    segm_max_ptr,
+                    segm_expsum_ptr,
+                    q_ptr,
+                    qk_scale,
+                    q_start,
+                    q_len,
+                    seq_len,
+                    kv_head_idx,
+                    row0,
+                    segm_idx,
+                    num_segments,
+                    tile_lo,
+                    n_tiles,
+                    full_lo,
+                    full_hi,
+                    causal,
+                    num_query_heads,
+                    q_stride_0,
+                    q_stride_1,
+                    out_stride_0,
+                    out_stride_1,
+                    NUM_QUERIES_PER_KV,
+                    HEAD_SIZE,
+                    TILE_SIZE,
+                    STAGES,
+                    VH_STAGES,
+                    P_LOG2_SCALE,
+                    RESCALE_THRESHOLD,
+                    SLIDING_WINDOW,
+                    TILE_SPLIT,
+                    0,
+                ),
+            ),
+            (
+                _consumer,
+                (
+                    q_hi1,
+                    q_lo1,
+                    k_smem,
+                    ks_smem,
+                    vs_smem,
+                    vh_smem,
+                    ready,
+                    kfree,
+                    vhfree,
+                    out_ptr,
+                    segm_out_ptr,
+                    segm_max_ptr,
+                    segm_expsum_ptr,
+                    q_ptr,
+                    qk_scale,
+                    q_start,
+                    q_len,
+                    seq_len,
+                    kv_head_idx,
+                    row0,
+                    segm_idx,
+                    num_segments,
+                    tile_lo,
+                    n_tiles,
+                    full_lo,
+                    full_hi,
+                    causal,
+                    num_query_heads,
+                    q_stride_0,
+                    q_stride_1,
+                    out_stride_0,
+                    out_stride_1,
+                    NUM_QUERIES_PER_KV,
+                    HEAD_SIZE,
+                    TILE_SIZE,
+                    STAGES,
+                    VH_STAGES,
+                    P_LOG2_SCALE,
+                    RESCALE_THRESHOLD,
+                    SLIDING_WINDOW,
+                    TILE_SPLIT,
+                    1,
+                ),
+            ),
+        ],
+        [4, 4],
+        [CONSUMER_REGISTERS, CONSUMER_REGISTERS],
     )
-
-    # m_i: each row's softmax reference (log2 units; a finite sentinel until
-    # the row sees a key); l_i: the sum of P; acc: the sum of P * v_scale * V
-    # in units of v_ref, the largest V scale seen so far, so that the fp16 P
-    # operand never limits the range.  A row's reference moves only when its
-    # maximum exceeds it by more than RESCALE_THRESHOLD.
-    m_i = gl.full([ROWS], -3.0e38, gl.float32, row_s)
-    l_i = gl.zeros([ROWS], gl.float32, row_s)
-    acc = gl.zeros([ROWS, HEAD_SIZE], gl.float32, o_layout)
-    s_zero = gl.zeros([ROWS, TILE_SIZE], gl.int32, s_layout)
-    v_ref = 1e-30
-    t_col = gl.arange(0, TILE_SIZE, layout=col_s)
-    for j in range(tile_lo, tile_hi):
-        stage = (j - tile_lo) % STAGES
-        async_copy.wait_group(STAGES - 2)
-        fence_async_shared()
-        gl.thread_barrier()
-        # Every thread is past the previous tile: its stage can be refilled.
-        # This tile's int8 V is read now, so that the copies issued next hide
-        # the shared-memory latency before it is widened.
-        v8 = v_smem.index(stage).load(V_LOAD)
-        if next_tile < tile_hi:
-            _issue_tile(
-                k_smem,
-                v_smem,
-                ks_smem,
-                vs_smem,
-                (next_tile - tile_lo) % STAGES,
-                next_tile,
-                next_blocks,
-                k_head_ptr,
-                v_head_ptr,
-                ks_head_ptr,
-                vs_head_ptr,
-                k_offs,
-                v_offs,
-                t_k,
-                t_v,
-                t_s,
-                stride_page,
-                stride_scale_page,
-                HEAD_SIZE,
-                TILE_SIZE,
-                BLOCK_SIZE,
-            )
-        async_copy.commit_group()
-        next_tile += 1
-        next_blocks = _tile_blocks(
-            block_table_row, next_tile, seq_len, TILE_SIZE, BLOCK_SIZE, RUNS
-        )
-
-        # Q.K on the tensor cores while the threads widen V.
-        k_t = k_smem.index(stage).permute([1, 0])
-        s_hi = warpgroup_mma(q_hi_smem, k_t, s_zero, use_acc=False, is_async=True)
-        s_lo = warpgroup_mma(q_lo_smem, k_t, s_zero, use_acc=False, is_async=True)
-        vh_smem.store(_widen(v8))
-        k_scale = ks_smem.index(stage).load(col_s)
-        v_scale = vs_smem.index(stage).load(col_s)
-        s_hi, s_lo = warpgroup_mma_wait(0, deps=[s_hi, s_lo])
-        pos = j * TILE_SIZE + t_col
-        masked = (j >= full_hi) | (j < full_lo)
-        if masked:
-            # Slots past the context hold whatever the cache holds there
-            # (the copies are not masked).
-            k_scale = gl.where(pos < seq_len, k_scale, 0.0)
-            v_scale = gl.where(pos < seq_len, v_scale, 0.0)
-        # |254 * S_hi + S_lo| < 2**31: one exact integer multiply-add.
-        S = (
-            (s_hi * 254 + s_lo).to(gl.float32)
-            * gl.expand_dims(row_qk_scale, 1)
-            * gl.expand_dims(k_scale, 0)
-        )
-        if masked:
-            kv_pos = gl.expand_dims(pos, 0)
-            visible = kv_pos < gl.expand_dims(kv_limit, 1)
-            if SLIDING_WINDOW > 0:
-                distance = gl.expand_dims(q_pos, 1) - kv_pos
-                visible &= (distance < SLIDING_WINDOW) & (-distance < SLIDING_WINDOW)
-            S = gl.where(visible, S, float("-inf"))
-
-        tile_max = gl.max(S, axis=1)
-        new_v_ref = gl.maximum(gl.max(v_scale, axis=0), v_ref)
-        m_new = gl.where(tile_max > m_i + RESCALE_THRESHOLD, tile_max, m_i)
-        alpha = gl.exp2(m_i - m_new)
-        l_i = l_i * alpha
-        # Cheaper than a CTA-wide decision whether any row moved.
-        acc = acc * gl.expand_dims(
-            gl.convert_layout(alpha * (v_ref / new_v_ref), row_o), 1
-        )
-        m_i = m_new
-        v_ref = new_v_ref
-        # P <= 2**(P_LOG2_SCALE + RESCALE_THRESHOLD).
-        P = gl.exp2(S - gl.expand_dims(m_i - P_LOG2_SCALE, 1))
-        l_i += gl.sum(P, axis=1)
-        P_v = (P * gl.expand_dims(v_scale / v_ref, 0)).to(gl.float16)
-        # The widened V tile is complete and visible to the tensor cores.
-        fence_async_shared()
-        gl.thread_barrier()
-        acc = warpgroup_mma(
-            gl.convert_layout(P_v, p_layout),
-            vh_smem.permute([1, 0]),
-            acc,
-            is_async=True,
-        )
-        acc = warpgroup_mma_wait(0, deps=[acc])
-    async_copy.wait_group(0)
-
-    rows = row0 + gl.arange(0, ROWS, layout=row_o)
-    q_tok = rows // NUM_QUERIES_PER_KV
-    q_head = kv_head_idx * NUM_QUERIES_PER_KV + rows % NUM_QUERIES_PER_KV
-    row_mask = q_tok < q_len
-    token_idx = (q_start + q_tok).to(gl.int64)
-    l_o = gl.convert_layout(l_i, row_o)
-    offs_d = gl.arange(0, HEAD_SIZE, layout=col_o)
-    acc = acc * v_ref
-    if num_segments == 1:
-        inv_l = gl.where(l_o > 0.0, 1.0 / l_o, 0.0)
-        gl.store(
-            out_ptr
-            + gl.expand_dims(token_idx * out_stride_0 + q_head * out_stride_1, 1)
-            + gl.expand_dims(offs_d, 0),
-            (acc * gl.expand_dims(inv_l, 1)).to(out_ptr.dtype.element_ty),
-            mask=gl.expand_dims(row_mask, 1),
-        )
-    else:
-        # Unnormalised partials; rows that saw no key store (-inf, 0, 0).
-        partial = (token_idx * num_segments + segm_idx) * num_query_heads + q_head
-        gl.store(
-            segm_out_ptr
-            + gl.expand_dims(partial * HEAD_SIZE, 1)
-            + gl.expand_dims(offs_d, 0),
-            acc,
-            mask=gl.expand_dims(row_mask, 1),
-        )
-        m_o = gl.convert_layout(m_i, row_o)
-        gl.store(
-            segm_max_ptr + partial,
-            gl.where(l_o > 0.0, m_o, float("-inf")),
-            mask=row_mask,
-        )
-        gl.store(segm_expsum_ptr + partial, l_o, mask=row_mask)
