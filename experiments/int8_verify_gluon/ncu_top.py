@@ -14,7 +14,9 @@ tot = sum(num(r[col]) for r in data if len(r) > col)
 print("total samples", tot)
 ops = collections.Counter()
 for r in data:
-    if len(r) > col: ops[r[src].split()[0].lstrip("@!P0123456789U") if r[src].split() else ""] += num(r[col])
+    if len(r) > col:
+        toks = [t for t in r[src].split() if not t.startswith("@")]  # drop the predicate (@P0, @!UP1, ...)
+        ops[toks[0].split(".")[0] if toks else ""] += num(r[col])
 print("by opcode:", [(k, round(v / tot, 3)) for k, v in ops.most_common(15)])
 for r in sorted(data, key=lambda r: -num(r[col]) if len(r) > col else 0)[:45]:
     print(f"{num(r[col]) / tot:6.3f}", r[adr] if adr is not None else "", r[src][:90])

@@ -13,7 +13,7 @@ for q in ${QLENS:-16 6}; do
   echo "== ws q$q"
   grep -E '"(Duration|Issued Ipc Active|Warp Cycles Per Issued Instruction|DRAM Throughput|Memory Throughput|Achieved Occupancy|Stall [A-Za-z ]+|No Eligible|Shared Memory|L1/TEX Hit Rate|Issue Slots Busy|Tensor|Registers)' \
     "$OUT/ws_details_q$q.csv" | awk -F'","' '{print $(NF-2) " = " $NF}' | tr -d '"' | sort -u | head -60
-  python3 experiments/int8_verify_gluon/ncu_top.py "$OUT/ws_source_q$q.csv" | head -45
-  rm -f "$OUT/ws_source_q$q.csv"
+  python3 experiments/int8_verify_gluon/ncu_top.py "$OUT/ws_source_q$q.csv" 2>/dev/null | head -45
+  # (the source CSV stays: per-line excess shared wavefronts and stall reasons)
 done
 rm -f "$OUT"/*.ncu-rep
