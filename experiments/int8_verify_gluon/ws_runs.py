@@ -23,6 +23,9 @@ VARIANTS = {  # name -> ws_launch keyword arguments ("series": whatever the inst
     "c32": dict(stages=4, ahead=2, vh_stages=2, pingpong=2),
     "t64c": dict(stages=2, ahead=1, vh_stages=2, pingpong=2, tile=64),
     "t64c3": dict(stages=3, ahead=2, vh_stages=2, pingpong=2, tile=64),
+    # pingpong=3: chained Q.K plus FA3's intra-warpgroup overlap (the next tile's high product during this tile's
+    # softmax, its low product beside this P.V); 3 widened tiles (a consumer waits for its next tile while holding one).
+    "o32": dict(stages=4, ahead=2, vh_stages=3, pingpong=3),
     # K and V^T by TMA from one producer thread (scales by cp.async).
     "tma_s4a2": dict(stages=4, ahead=2, vh_stages=3, use_tma=True),
     "tma_s6a4": dict(stages=6, ahead=4, vh_stages=3, use_tma=True),

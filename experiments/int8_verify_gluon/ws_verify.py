@@ -317,6 +317,56 @@ def _consumer(
                 mbarrier.arrive(vhfree.index(h))
                 mbarrier.arrive(kfree.index(s_n), pred=has_next)
                 mbarrier.arrive(turn.index(1 - C))
+    elif PINGPONG == 3:
+        # Chained Q.K with FlashAttention-3's intra-warpgroup overlap: the
+        # next tile's high product runs on the tensor cores during this
+        # tile's softmax, its low product alongside this tile's P.V.  After
+        # the last tile the "next" products read a stage that may be
+        # refilling; their result is not used.
+        if TILE_SPLIT:
+            STEP: gl.constexpr = 2
+        else:
+            STEP: gl.constexpr = 1
+        # A consumer waits for its next tile while holding this tile's widened
+        # V (as with turns): the producer must not need that buffer.
+        gl.static_assert(VH_STAGES > STEP)
+        i = C if TILE_SPLIT else 0
+        s_int = s_zero
+        k_scale = gl.zeros([TILE_SIZE], gl.float32, col_s)
+        v_scale = gl.zeros([TILE_SIZE], gl.float32, col_s)
+        if my_tiles > 0:
+            s = i % STAGES
+            mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+            k_t = k_smem.index(s).permute([1, 0])
+            s_int = warpgroup_mma(q_hi_smem, k_t, s_zero, use_acc=False, is_async=True)
+            k_scale = ks_smem.index(s).load(col_s)
+            v_scale = vs_smem.index(s).load(col_s)
+            s_int = warpgroup_mma_wait(0, deps=[s_int])
+            s_int = warpgroup_mma(q_lo_smem, k_t, s_int * 254, use_acc=True, is_async=True)
+            s_int = warpgroup_mma_wait(0, deps=[s_int])
+            mbarrier.arrive(kfree.index(s))
+        for it in range(my_tiles):
+            has_next = it + 1 < my_tiles
+            i_n = i + STEP
+            s_n = i_n % STAGES
+            h = i % VH_STAGES
+            mbarrier.wait(ready.index(s_n), (i_n // STAGES) & 1, pred=has_next)
+            k_n = k_smem.index(s_n).permute([1, 0])
+            s_nxt = warpgroup_mma(q_hi_smem, k_n, s_zero, use_acc=False, is_async=True)
+            P_v, acc, m_i, l_i, v_ref = _softmax_tile(
+                s_int, s_int, k_scale, v_scale, tile_lo + i, m_i, l_i, acc, v_ref,
+                row_qk_scale, t_col, seq_len, q_pos, kv_limit, full_lo, full_hi,
+                TILE_SIZE, P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, True,
+            )
+            k_scale = ks_smem.index(s_n).load(col_s)
+            v_scale = vs_smem.index(s_n).load(col_s)
+            s_nxt = warpgroup_mma_wait(0, deps=[s_nxt])
+            s_nxt = warpgroup_mma(q_lo_smem, k_n, s_nxt * 254, use_acc=True, is_async=True)
+            acc = warpgroup_mma(P_v, vh_smem.index(h).permute([1, 0]), acc, is_async=True)
+            acc, s_int = warpgroup_mma_wait(0, deps=[acc, s_nxt])
+            mbarrier.arrive(vhfree.index(h))
+            mbarrier.arrive(kfree.index(s_n), pred=has_next)
+            i = i_n
     else:
         for it in range(my_tiles):
             if TILE_SPLIT:
