@@ -179,7 +179,7 @@ REFERENCE_SMS = 132
 REFERENCE_KV_HEADS = 4
 # Programs per multiprocessor beyond which larger batches get fewer segments.
 PROGRAMS_PER_SM = 8
-# The warpgroup-MMA kernel's 12 warps and ~150 KB of shared memory (head
+# The warpgroup-MMA kernel's 12 warps and 162 KB of shared memory (head
 # size 256) take a whole multiprocessor; more segments than one such wave
 # were slower (H200, 128K: 6 tokens 152 instead of 140 us, 16 tokens 219
 # instead of 203 us).

@@ -16,9 +16,10 @@ axis, and runs three warpgroups:
 * two consumers hold 64 query rows each, with the rows' int8 high and low
   parts (as in ``triton_int8_split_kv_attention``) in shared memory:
   ``S = Q K^T`` runs as two int8 wgmma products that read Q and the K tile
-  from there, so K is never widened and a row's scores stay in one warp
-  (two lane shuffles per row), then the softmax and ``O += P V`` with P
-  from registers.
+  from there into one int32 accumulator (254 times the high part's, then
+  the low part's added), so K is never widened and a row's scores stay in
+  one warp (two lane shuffles per row), then the softmax and ``O += P V``
+  with P from registers.
 
 With up to 64 rows (``TILE_SPLIT``: up to 10 tokens at 6 query heads per KV
 head) both consumers hold the same rows and take alternate tiles, each
