@@ -279,10 +279,13 @@ def select_int8_split_kv_geometry(
     max_programs = PROGRAMS_PER_SM * max(num_sms, 1)
     partials_per_segment = 1
     if base.wgmma:
-        # One wave of programs, the row splits of each KV head included.
-        if rows <= base.block_m:
-            partials_per_segment = 2
-        programs_per_seq *= triton.cdiv(rows, base.block_m * 2 // partials_per_segment)
+        # One wave of programs, the row splits of each KV head included; up
+        # to block_m rows its consumers take alternate tiles, each writing a
+        # partial (the launcher falls back to one per segment when the
+        # scratch cannot hold two).
+        tile_split = rows <= base.block_m
+        partials_per_segment = 2 if tile_split else 1
+        programs_per_seq *= triton.cdiv(rows, _wgmma_program_rows(base, tile_split))
         max_programs = WGMMA_PROGRAMS_PER_SM * max(num_sms, 1)
     while (
         num_segments > 1 and num_seqs * programs_per_seq * num_segments > max_programs
@@ -306,6 +309,13 @@ def _wgmma_supported() -> bool:
         and _PTX_WIDEN
         and _device_properties()[0] == 9
     )
+
+
+def _wgmma_program_rows(geometry: Int8SplitKVGeometry, tile_split: bool) -> int:
+    """Query rows per program of the warpgroup-MMA kernel: its consumers'
+    ``block_m`` rows each, or the same ``block_m`` rows with alternate
+    tiles."""
+    return geometry.block_m if tile_split else 2 * geometry.block_m
 
 
 def _wgmma_tile_split(
@@ -1442,7 +1452,7 @@ def int8_split_kv_attention(
     num_partials = num_segments
     if geometry.wgmma:
         tile_split = _wgmma_tile_split(geometry, rows, num_tokens, segm_output.shape[0])
-        row_splits = triton.cdiv(rows, geometry.block_m * (1 if tile_split else 2))
+        row_splits = triton.cdiv(rows, _wgmma_program_rows(geometry, tile_split))
         if tile_split:
             num_partials = 2 * num_segments
         kernel_int8_split_kv_verify_wgmma[
