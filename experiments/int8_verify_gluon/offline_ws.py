@@ -1,6 +1,6 @@
 """Offline sm_90 compile of ws_verify.kernel_int8_split_kv_verify_ws: registers per partition, spills, shared memory,
 loop SASS histograms.  Usage: CUDA_VISIBLE_DEVICES= python offline_ws.py BLOCK TILE_SPLIT [STAGES VH AHEAD REGS MAXNREG]
-(env PINGPONG=0|1, TMA=0|1)"""
+(env PINGPONG=0|1|2|3, TMA=0|1, SPLIT=0|1: K signalled before the widening)"""
 import os, re, sys; sys.path.insert(0, "experiments/int8_verify_gluon")
 from sass_stats import build, load_mod, loop_stats, sass
 k = load_mod("experiments/int8_verify_gluon/ws_verify.py").kernel_int8_split_kv_verify_ws
@@ -10,7 +10,7 @@ stages, vh, ahead, regs, maxnreg = a[2] or 4, a[3] or 3, a[4] or 2, a[5] or 224,
 consts = dict(num_query_heads=24, NUM_QUERIES_PER_KV=6, ROW_SPLITS=1, HEAD_SIZE=256, BLOCK_SIZE=bs, TILE_SIZE=int(os.environ.get("TILE", 32)),
               P_LOG2_SCALE=6.0, RESCALE_THRESHOLD=8.0, SLIDING_WINDOW=int(os.environ.get("WINDOW", 0)), TILE_SPLIT=split, STAGES=stages,
               VH_STAGES=vh, AHEAD=ahead, CONSUMER_REGS=regs, PINGPONG=int(os.environ.get("PINGPONG", 1)),
-              USE_TMA=int(os.environ.get("TMA", 0)))
+              USE_TMA=int(os.environ.get("TMA", 0)), SPLIT_READY=int(os.environ.get("SPLIT", 0)))
 types = {}
 if consts["USE_TMA"]:
     import torch

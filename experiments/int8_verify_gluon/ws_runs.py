@@ -26,6 +26,11 @@ VARIANTS = {  # name -> ws_launch keyword arguments ("series": whatever the inst
     # pingpong=3: chained Q.K plus FA3's intra-warpgroup overlap (the next tile's high product during this tile's
     # softmax, its low product beside this P.V); 3 widened tiles (a consumer waits for its next tile while holding one).
     "o32": dict(stages=4, ahead=2, vh_stages=3, pingpong=3),
+    # split_ready: the producer signals a tile's K (ready) before widening its V (vready), so Q.K never waits for
+    # the widening; with it the overlap needs no third widened tile (the 3rd costs 32 B of spills: i % 3).
+    "o32v2": dict(stages=4, ahead=2, vh_stages=2, pingpong=3),
+    "o32k": dict(stages=4, ahead=2, vh_stages=2, pingpong=3, split_ready=True),
+    "c32k": dict(stages=4, ahead=2, vh_stages=2, pingpong=2, split_ready=True),
     # K and V^T by TMA from one producer thread (scales by cp.async).
     "tma_s4a2": dict(stages=4, ahead=2, vh_stages=3, use_tma=True),
     "tma_s6a4": dict(stages=6, ahead=4, vh_stages=3, use_tma=True),

@@ -72,7 +72,10 @@ def _producer(
     seq_len, tile_lo, n_tiles, stride_page, stride_scale_page,
     HEAD_SIZE: gl.constexpr, TILE_SIZE: gl.constexpr, BLOCK_SIZE: gl.constexpr,
     STAGES: gl.constexpr, VH_STAGES: gl.constexpr, AHEAD: gl.constexpr, USE_TMA: gl.constexpr,
+    vready, SPLIT_READY: gl.constexpr,
 ):
+    # SPLIT_READY: ready[s] means tile i's K and scales have landed (Q.K may start while V is widened) and
+    # vready[h] that its widened V is in vh_smem[h]; otherwise ready[s] means both and vready is unused.
     # USE_TMA: v_smem holds one [1, 1, HEAD_SIZE, 16] TMA box per run (v_read: the same bytes as [HEAD_SIZE, 16]
     # tiles) and tbar counts each stage's TMA bytes; otherwise v_smem is the [HEAD_SIZE, TILE_SIZE] cp.async stage
     # and v_read, tbar, k_desc, v_desc are unused.
@@ -126,6 +129,9 @@ def _producer(
                 mbarrier.wait(tbar.index(s), (i // STAGES) & 1)
             async_copy.wait_group(AHEAD)
             gl.thread_barrier()
+            if SPLIT_READY:
+                fence_async_shared()
+                mbarrier.arrive(ready.index(s))
             if USE_TMA:
                 mbarrier.wait(vhfree.index(h), ((i // VH_STAGES) & 1) ^ 1)
                 for r in gl.static_range(RUN_COUNT):
@@ -137,7 +143,10 @@ def _producer(
                 mbarrier.wait(vhfree.index(h), ((i // VH_STAGES) & 1) ^ 1)
                 vh_smem.index(h).store(_widen(v8))
             fence_async_shared()
-            mbarrier.arrive(ready.index(s))
+            if SPLIT_READY:
+                mbarrier.arrive(vready.index(h))
+            else:
+                mbarrier.arrive(ready.index(s))
     async_copy.wait_group(0)
 
 
@@ -196,6 +205,7 @@ def _consumer(
     STAGES: gl.constexpr, VH_STAGES: gl.constexpr,
     P_LOG2_SCALE: gl.constexpr, RESCALE_THRESHOLD: gl.constexpr, SLIDING_WINDOW: gl.constexpr,
     TILE_SPLIT: gl.constexpr, PINGPONG: gl.constexpr, turn, C: gl.constexpr,
+    vready, SPLIT_READY: gl.constexpr,
 ):
     NUM_WARPS: gl.constexpr = gl.num_warps()
     ROWS: gl.constexpr = 16 * NUM_WARPS
@@ -328,8 +338,10 @@ def _consumer(
         else:
             STEP: gl.constexpr = 1
         # A consumer waits for its next tile while holding this tile's widened
-        # V (as with turns): the producer must not need that buffer.
-        gl.static_assert(VH_STAGES > STEP)
+        # V (as with turns): the producer must not need that buffer, unless
+        # the next tile's K is signalled before the widening (SPLIT_READY).
+        if not SPLIT_READY:
+            gl.static_assert(VH_STAGES > STEP)
         i = C if TILE_SPLIT else 0
         s_int = s_zero
         k_scale = gl.zeros([TILE_SIZE], gl.float32, col_s)
@@ -362,6 +374,8 @@ def _consumer(
             v_scale = vs_smem.index(s_n).load(col_s)
             s_nxt = warpgroup_mma_wait(0, deps=[s_nxt])
             s_nxt = warpgroup_mma(q_lo_smem, k_n, s_nxt * 254, use_acc=True, is_async=True)
+            if SPLIT_READY:
+                mbarrier.wait(vready.index(h), (i // VH_STAGES) & 1)
             acc = warpgroup_mma(P_v, vh_smem.index(h).permute([1, 0]), acc, is_async=True)
             acc, s_int = warpgroup_mma_wait(0, deps=[acc, s_nxt])
             mbarrier.arrive(vhfree.index(h))
@@ -399,6 +413,8 @@ def _consumer(
                 row_qk_scale, t_col, seq_len, q_pos, kv_limit, full_lo, full_hi,
                 TILE_SIZE, P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, PINGPONG == 2,
             )
+            if SPLIT_READY:
+                mbarrier.wait(vready.index(h), (i // VH_STAGES) & 1)
             acc = warpgroup_mma(P_v, vh_smem.index(h).permute([1, 0]), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=[acc])
             mbarrier.arrive(vhfree.index(h))
@@ -454,8 +470,9 @@ def kernel_int8_split_kv_verify_ws(
     P_LOG2_SCALE: gl.constexpr, RESCALE_THRESHOLD: gl.constexpr, SLIDING_WINDOW: gl.constexpr,
     TILE_SPLIT: gl.constexpr, STAGES: gl.constexpr, VH_STAGES: gl.constexpr, AHEAD: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, PINGPONG: gl.constexpr,
-    USE_TMA: gl.constexpr, k_desc, v_desc,
+    USE_TMA: gl.constexpr, k_desc, v_desc, SPLIT_READY: gl.constexpr = False,
 ):
+    gl.static_assert(not (SPLIT_READY and (USE_TMA or PINGPONG == 1)))
     ROWS: gl.constexpr = 64
     if TILE_SPLIT:
         PROGRAM_ROWS: gl.constexpr = ROWS
@@ -523,8 +540,10 @@ def kernel_int8_split_kv_verify_ws(
     for s in gl.static_range(STAGES):
         mbarrier.init(ready.index(s), count=1)
         mbarrier.init(kfree.index(s), count=FREE_COUNT)
+    vready = gl.allocate_shared_memory(gl.int64, [VH_STAGES, 1], mbarrier.MBarrierLayout())
     for h in gl.static_range(VH_STAGES):
         mbarrier.init(vhfree.index(h), count=FREE_COUNT)
+        mbarrier.init(vready.index(h), count=1)
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for c in gl.static_range(2):
         mbarrier.init(turn.index(c), count=1)
@@ -542,7 +561,7 @@ def kernel_int8_split_kv_verify_ws(
         k_smem, v_smem, v_read, ks_smem, vs_smem, vh_smem, tbar, ready, kfree, vhfree,
         block_table_row, k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, k_desc, v_desc, kv_head_idx,
         seq_len, tile_lo, n_tiles, stride_page, stride_scale_page,
-        HEAD_SIZE, TILE_SIZE, BLOCK_SIZE, STAGES, VH_STAGES, AHEAD, USE_TMA,
+        HEAD_SIZE, TILE_SIZE, BLOCK_SIZE, STAGES, VH_STAGES, AHEAD, USE_TMA, vready, SPLIT_READY,
             )),
             (_consumer, (
         q_hi0, q_lo0, k_smem, ks_smem, vs_smem, vh_smem, ready, kfree, vhfree,
@@ -551,7 +570,7 @@ def kernel_int8_split_kv_verify_ws(
         tile_lo, n_tiles, full_lo, full_hi, causal,
         num_query_heads, q_stride_0, q_stride_1, out_stride_0, out_stride_1,
         NUM_QUERIES_PER_KV, HEAD_SIZE, TILE_SIZE, STAGES, VH_STAGES,
-        P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, TILE_SPLIT, PINGPONG, turn, 0,
+        P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, TILE_SPLIT, PINGPONG, turn, 0, vready, SPLIT_READY,
             )),
             (_consumer, (
         q_hi1, q_lo1, k_smem, ks_smem, vs_smem, vh_smem, ready, kfree, vhfree,
@@ -560,7 +579,7 @@ def kernel_int8_split_kv_verify_ws(
         tile_lo, n_tiles, full_lo, full_hi, causal,
         num_query_heads, q_stride_0, q_stride_1, out_stride_0, out_stride_1,
         NUM_QUERIES_PER_KV, HEAD_SIZE, TILE_SIZE, STAGES, VH_STAGES,
-        P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, TILE_SPLIT, PINGPONG, turn, 1,
+        P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, TILE_SPLIT, PINGPONG, turn, 1, vready, SPLIT_READY,
             )),
         ],
         [4, 4],
@@ -593,7 +612,7 @@ def _tma_descriptors(k_cache, v_cache, head_size, use_tma):
 def ws_launch(q, k_cache, v_cache, k_scale_cache, v_scale_cache, out, cu_seqlens_q, seqused_k, block_table,
               max_query_len, max_seq_len, softmax_scale, segm_output, segm_max, segm_expsum,
               num_segments=None, stages=4, vh_stages=3, ahead=2, consumer_regs=224, maxnreg=168, causal=True, pingpong=1, use_tma=False,
-              tile=32):
+              tile=32, split_ready=False):
     """Launch the warp-specialised kernel and the series' reduce kernel (no checks beyond the series' own); returns
     the number of segments launched."""
     from vllm.v1.attention.ops import triton_int8_split_kv_attention as M
@@ -627,7 +646,7 @@ def ws_launch(q, k_cache, v_cache, k_scale_cache, v_scale_cache, out, cu_seqlens
         NUM_QUERIES_PER_KV=g, ROW_SPLITS=row_splits, HEAD_SIZE=head_size, BLOCK_SIZE=block_size, TILE_SIZE=tile,
         P_LOG2_SCALE=M.P_LOG2_SCALE, RESCALE_THRESHOLD=M.RESCALE_THRESHOLD, SLIDING_WINDOW=0,
         TILE_SPLIT=tile_split, STAGES=stages, VH_STAGES=vh_stages, AHEAD=ahead, CONSUMER_REGS=consumer_regs, PINGPONG=pingpong,
-        USE_TMA=use_tma, **_tma_descriptors(k_cache, v_cache, head_size, use_tma),
+        USE_TMA=use_tma, SPLIT_READY=split_ready, **_tma_descriptors(k_cache, v_cache, head_size, use_tma),
         num_warps=4, maxnreg=maxnreg,
     )
     if n_part > 1:
