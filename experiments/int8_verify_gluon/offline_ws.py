@@ -8,9 +8,9 @@ a = [int(x) for x in sys.argv[1:]] + [None] * 8
 bs, split = a[0], a[1]
 stages, vh, ahead, regs, maxnreg = a[2] or 4, a[3] or 3, a[4] or 2, a[5] or 224, a[6] or 168
 consts = dict(num_query_heads=24, NUM_QUERIES_PER_KV=6, ROW_SPLITS=1, HEAD_SIZE=256, BLOCK_SIZE=bs, TILE_SIZE=int(os.environ.get("TILE", 32)),
-              P_LOG2_SCALE=6.0, RESCALE_THRESHOLD=8.0, SLIDING_WINDOW=int(os.environ.get("WINDOW", 0)), TILE_SPLIT=split, STAGES=stages,
+              P_LOG2_SCALE=6.0, RESCALE_THRESHOLD=8.0, SLIDING_WINDOW=int(os.environ.get("WINDOW", 0)), TILE_SPLIT=bool(split), STAGES=stages,
               VH_STAGES=vh, AHEAD=ahead, CONSUMER_REGS=regs, PINGPONG=int(os.environ.get("PINGPONG", 1)),
-              USE_TMA=int(os.environ.get("TMA", 0)), SPLIT_READY=int(os.environ.get("SPLIT", 0)))
+              USE_TMA=bool(int(os.environ.get("TMA", 0))), SPLIT_READY=bool(int(os.environ.get("SPLIT", 0))))
 types = {}
 if consts["USE_TMA"]:
     import torch

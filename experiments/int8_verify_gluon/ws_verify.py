@@ -472,7 +472,9 @@ def kernel_int8_split_kv_verify_ws(
     CONSUMER_REGS: gl.constexpr, PINGPONG: gl.constexpr,
     USE_TMA: gl.constexpr, k_desc, v_desc, SPLIT_READY: gl.constexpr = False,
 ):
-    gl.static_assert(not (SPLIT_READY and (USE_TMA or PINGPONG == 1)))
+    if SPLIT_READY:
+        gl.static_assert(not USE_TMA)
+        gl.static_assert(PINGPONG != 1)
     ROWS: gl.constexpr = 64
     if TILE_SPLIT:
         PROGRAM_ROWS: gl.constexpr = ROWS
