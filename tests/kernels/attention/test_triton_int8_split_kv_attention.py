@@ -798,7 +798,7 @@ def _offline_compile(geometry, block_size, arch, sliding_window, tile_split=Fals
         kernel = wgmma.kernel_int8_split_kv_verify_wgmma
         constants.update(
             STAGES=geometry.num_stages,
-            VH_STAGES=mod.WGMMA_VH_STAGES,
+            VH_STAGES=mod._wgmma_vh_stages(tile_split, sliding_window),
             AHEAD=min(mod.WGMMA_AHEAD, geometry.num_stages - 1),
             TILE_SPLIT=tile_split,
         )

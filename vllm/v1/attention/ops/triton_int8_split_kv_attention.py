@@ -179,12 +179,13 @@ REFERENCE_SMS = 132
 REFERENCE_KV_HEADS = 4
 # Programs per multiprocessor beyond which larger batches get fewer segments.
 PROGRAMS_PER_SM = 8
-# The warpgroup-MMA kernel's 12 warps and 162 KB of shared memory (head
+# The warpgroup-MMA kernel's 12 warps and 162-178 KB of shared memory (head
 # size 256) take a whole multiprocessor; more segments than one such wave
 # were slower (H200, 128K: 6 tokens 152 instead of 140 us, 16 tokens 219
 # instead of 203 us).
 WGMMA_PROGRAMS_PER_SM = 1
-# Its widened V tiles, and the tiles copied ahead of the widening: deeper
+# Its widened V tiles with alternate tiles (65-128 rows need 3: see
+# _wgmma_vh_stages), and the tiles copied ahead of the widening: deeper
 # rings (6 stages, 4 tiles ahead, 3 widened tiles) changed nothing on an
 # H200 (128K, 6 / 16 tokens: 132.7 / 205.3 us against 136.6 / 196.5).
 WGMMA_VH_STAGES = 2
@@ -316,6 +317,16 @@ def _wgmma_program_rows(geometry: Int8SplitKVGeometry, tile_split: bool) -> int:
     ``block_m`` rows each, or the same ``block_m`` rows with alternate
     tiles."""
     return geometry.block_m if tile_split else 2 * geometry.block_m
+
+
+def _wgmma_vh_stages(tile_split: bool, sliding_window: int) -> int:
+    """Widened V tiles of the warpgroup-MMA kernel: with 65-128 rows and no
+    window its consumers overlap the next tile's Q.K with this tile's
+    softmax, so each waits for its next tile while holding one, and the
+    producer widens into a third."""
+    if tile_split or sliding_window > 0:
+        return WGMMA_VH_STAGES
+    return max(WGMMA_VH_STAGES, 3)
 
 
 def _wgmma_tile_split(
@@ -1461,7 +1472,7 @@ def int8_split_kv_attention(
             *args,
             ROW_SPLITS=row_splits,
             STAGES=geometry.num_stages,
-            VH_STAGES=WGMMA_VH_STAGES,
+            VH_STAGES=_wgmma_vh_stages(tile_split, sliding_window),
             AHEAD=min(WGMMA_AHEAD, geometry.num_stages - 1),
             TILE_SPLIT=tile_split,
             maxnreg=WGMMA_MAX_REGISTERS,
