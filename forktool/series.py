@@ -45,7 +45,10 @@ REQUIRED = ("Subject", "From", "Date", "Upstream-Status")
 # Fork metadata: kept with the patch and in git notes, never in the commit.
 META_FIELDS = ("Upstream-Status", "Why", "Effect", "Removal", "Added-Files")
 STATUS_RE = re.compile(r"^(Pending|Forwarded \S+|Accepted \S+|Fork-only .+)$")
-SUBJECT_RE = re.compile(r"^\[[A-Za-z0-9_./-]+\]( ?\[[A-Za-z0-9_./-]+\])* \S")
+# Upstream's subject tags: "[Bugfix]", "[Perf][Spec Decode]" (words inside a
+# tag are single-space separated).
+_TAG = r"\[[A-Za-z0-9_./-]+(?: [A-Za-z0-9_./-]+)*\]"
+SUBJECT_RE = re.compile(rf"^{_TAG}( ?{_TAG})* \S")
 # Where added files may live: the upstream tree's own top-level folders.
 ADDED_ROOTS = ("vllm/", "tests/", "benchmarks/", "csrc/")
 DIFF_SEPARATOR = "---"

@@ -109,9 +109,9 @@ def test_gpu_suite_runs_each_stage_in_its_own_pytest(gpu_cli, capsys):
     narrows only its own files), each under the time limit; a cut or failed
     stage does not stop the next, and the run fails with the first failure."""
     calls, rcs = gpu_cli
-    rcs.extend([0, 124, 0, 1, 0])
+    rcs.extend([0, 124, 0, 1, 0, 0])
     stages = stages_of(GPU_SUITE)
-    assert len(stages) == 5
+    assert len(stages) == 6
     assert cli.main(["test", "--gpu", "--time-limit", "480"]) == 124
     assert len(calls) == len(stages)
     for (cmd, limit), stage in zip(calls, stages, strict=True):
