@@ -186,7 +186,7 @@ def worker(cfg: dict) -> dict:
     result["single"] = {
         "context": ctx,
         "batch": batch,
-        "spec": cfg.get("drafter") and "dflash",
+        "spec": cfg.get("spec"),
         "ttft_s": round(ttft, 3),
         "prefill_steps": len(prefill_steps),
         "decode_step_ms_p50": round(1e3 * statistics.median(decode), 3),
@@ -253,6 +253,29 @@ def worker(cfg: dict) -> dict:
     return result
 
 
+def spec_settings(spec: str, drafter: str | None) -> dict:
+    """The run configuration's speculative-decoding entries for ``--spec``:
+    a DFlash drafter folder, or ngram prompt lookup (spec_accept.py's
+    settings), 5 drafts either way."""
+    if spec == "dflash":
+        return {"spec": spec, "drafter": drafter}
+    if spec == "ngram":
+        import spec_accept
+
+        n_min, n_max = spec_accept.PROMPT_LOOKUP
+        return {
+            "spec": spec,
+            "drafter": None,
+            "speculative_config": {
+                "method": "ngram",
+                "num_speculative_tokens": 5,
+                "prompt_lookup_min": n_min,
+                "prompt_lookup_max": n_max,
+            },
+        }
+    return {"spec": None, "drafter": None}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = script_parser(
         __doc__,
@@ -275,7 +298,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--batch", type=int, default=1, help="requests decoding together in part 1"
     )
-    p.add_argument("--spec", choices=["none", "dflash"], default="none")
+    p.add_argument(
+        "--spec",
+        choices=["none", "dflash", "ngram"],
+        default="none",
+        help="speculative decoding: the DFlash drafter, or ngram prompt lookup",
+    )
     p.add_argument(
         "--no-concurrent",
         action="store_true",
@@ -295,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
             "decode_steps": args.decode_steps,
             "profile_steps": args.profile_steps,
             "batch": args.batch,
-            "drafter": drafter if args.spec == "dflash" else None,
+            **spec_settings(args.spec, drafter),
             "concurrent": None if args.no_concurrent else args.concurrent,
             "max_model_len": max(args.context, sum(args.concurrent)) + 2048,
             "max_num_seqs": max(8, args.batch),

@@ -320,6 +320,31 @@ def test_load_format_parses_and_reaches_the_engine_kwargs():
         e2e_common.engine_kwargs({**cfg, "load_format": "bogus"})
 
 
+@pytest.mark.parametrize("spec", ["none", "dflash", "ngram"])
+def test_step_profile_spec_reaches_the_engine_kwargs(spec):
+    """step_profile's --spec picks the drafter folder (DFlash) or ngram
+    prompt lookup (spec_accept's settings), and the engine gets the
+    matching speculative config; none gives it none."""
+    import spec_accept
+    import step_profile
+
+    settings = step_profile.spec_settings(spec, "drafter-folder")
+    kwargs = e2e_common.engine_kwargs({"model": "m", "kv": "bf16-fa", **settings})
+    config = kwargs.get("speculative_config")
+    if spec == "none":
+        assert config is None and settings["spec"] is None
+    elif spec == "dflash":
+        assert config["method"] == "dflash"
+        assert config["model"] == "drafter-folder"
+    else:
+        assert config["method"] == "ngram"
+        assert (config["prompt_lookup_min"], config["prompt_lookup_max"]) == (
+            spec_accept.PROMPT_LOOKUP
+        )
+    if spec != "none":
+        assert config["num_speculative_tokens"] == 5 and settings["spec"] == spec
+
+
 def test_ensure_models_writes_config_only_for_the_dummy_loader(tmp_path):
     model, drafter = e2e_common.ensure_models(
         None, None, "tiny", str(tmp_path), load_format="dummy"
