@@ -51,7 +51,8 @@ except ImportError:
 DEVICE = "cuda"
 G = split_kv.Int8SplitKVGeometry
 # Geometries tried by --select, by the tables' row classes (rows = query
-# heads per KV head x query tokens).
+# heads per KV head x query tokens); each class holds its sm_90 table entry
+# (the warpgroup-MMA one runs the swapped kernel on other GPUs).
 SELECT_CANDIDATES = {
     16: [G(32, 128, 2, 2, 16), G(64, 128, 2, 2, 16), G(32, 64, 4, 2, 16)],
     32: [
@@ -63,6 +64,7 @@ SELECT_CANDIDATES = {
         G(32, 64, 4, 2, 32),
     ],
     256: [
+        G(32, 32, 4, 4, 64, wgmma=True),
         G(16, 64, 4, 3, 64, swap_ab=True),
         G(32, 64, 4, 2, 64, swap_ab=True),
         G(32, 64, 4, 3, 64, swap_ab=True),
