@@ -128,13 +128,11 @@ def test_eagle_input_kernels_one_variant_for_every_batch(record):
             batch,
             torch.zeros(num_reqs, dtype=torch.bool),
         )
-        # As prepare_inputs_padded launches it.
-        spec_utils.eagle_prepare_inputs_padded_kernel[(num_reqs,)](
+        # The launch of prepare_inputs_padded.
+        proposer._padded_sampling_indices(
             torch.zeros(num_reqs, dtype=torch.int32),
             torch.zeros(num_reqs, dtype=torch.int32),
             torch.zeros(num_reqs + 1, dtype=torch.int32),
-            torch.empty(num_reqs, dtype=torch.int32),
-            torch.empty(num_reqs, dtype=torch.int32),
             num_reqs,
         )
     assert next_keys == [warm_next] * 5
