@@ -75,8 +75,18 @@ def run_pytest(
     cmd: list[str], cwd: Path, env: dict, time_limit: float | None = None
 ) -> int:
     """Run pytest; past ``time_limit`` seconds interrupt it as Ctrl-C would,
-    so that it still prints the results so far, and return 124."""
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env)
+    so that it still prints the results so far, and return 124.
+
+    pytest gets Ctrl-C's default handling even where this process was
+    started with SIGINT ignored (``nohup``, a background job of a script),
+    which Python would otherwise pass on and never raise KeyboardInterrupt.
+    """
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         return proc.wait(timeout=time_limit)
     except subprocess.TimeoutExpired:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -125,15 +126,26 @@ def test_gpu_suite_runs_each_stage_in_its_own_pytest(gpu_cli, capsys):
     assert f"stage {stages[3]}: failed (exit 1)" in out
 
 
-def test_time_limit_interrupts_pytest_and_keeps_its_summary(tmp_path, capfd):
-    """Past the limit pytest gets Ctrl-C: it still prints what ran."""
+@pytest.mark.parametrize("sigint_ignored", [False, True])
+def test_time_limit_interrupts_pytest_and_keeps_its_summary(
+    tmp_path, capfd, sigint_ignored
+):
+    """Past the limit pytest gets Ctrl-C: it still prints what ran; also
+    when forktool runs with SIGINT ignored (nohup, a script's background
+    job), which pytest would otherwise inherit and sleep through."""
     (tmp_path / "test_slow.py").write_text(
         "import time\n\n"
         "def test_fast():\n    pass\n\n"
         "def test_slow():\n    time.sleep(60)\n"
     )
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-rA"]
-    rc = run_pytest(cmd, tmp_path, dict(os.environ), time_limit=5)
+    handler = signal.getsignal(signal.SIGINT)
+    if sigint_ignored:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        rc = run_pytest(cmd, tmp_path, dict(os.environ), time_limit=5)
+    finally:
+        signal.signal(signal.SIGINT, handler)
     out = capfd.readouterr()
     assert rc == 124
     assert "test_fast PASSED" in out.out and "KeyboardInterrupt" in out.out
