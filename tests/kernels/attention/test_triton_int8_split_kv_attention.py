@@ -606,7 +606,8 @@ def test_int8_split_kv_geometry_table(capability_major):
     """The selector returns its family's entry for the step's query rows,
     with a power-of-two number of segments that fits the scratch buffers;
     on Hopper, verify steps of more than 32 rows take the warpgroup-MMA
-    kernel.
+    kernel, and so do 17-32 rows when the batch holds at most
+    WGMMA_SHORT_BATCH_KEYS keys per KV head.
     Entries that split P.V keep their dots and KV tiles no wider than their
     rows (wider ones make Triton spread warps over tokens and channels)."""
     table = GEOMETRY_TABLES[capability_major]
@@ -617,9 +618,16 @@ def test_int8_split_kv_geometry_table(capability_major):
             assert not g.swap_ab and max(g.pv_chunk, g.tile_size) <= g.block_m, g
     for max_query_len in range(1, MAX_QUERY_LEN + 1):
         rows = 6 * max_query_len
-        entry = next(g for r, g in table if rows <= r)
-        for max_seq_len in (1, 100, 8192, 131072):
-            for num_seqs in (1, 8, 256):
+        for max_seq_len in (1, 100, 8192, 32768, 131072):
+            for num_seqs in (1, 2, 4, 8, 256):
+                entry = next(g for r, g in table if rows <= r)
+                if (
+                    capability_major == 9
+                    and 16 < rows <= 32
+                    and num_seqs * max_seq_len <= 256 * 1024
+                ):
+                    entry = table[-1][1]
+                    assert entry.wgmma
                 num_tokens = num_seqs * max_query_len
                 geo = select_int8_split_kv_geometry(
                     max_query_len,
@@ -641,10 +649,11 @@ def test_int8_split_kv_geometry_table(capability_major):
                 # when they split a segment's tiles (up to block_m rows).
                 partials = 2 if entry.wgmma and rows <= entry.block_m else 1
                 assert segs == 1 or segs * num_tokens * partials <= MAX_PARTIALS
-        if capability_major == 9:
-            assert entry.wgmma == (rows > 32)
-        else:
-            assert not entry.wgmma
+                if capability_major == 9:
+                    short = num_seqs * max_seq_len <= 256 * 1024
+                    assert entry.wgmma == (rows > 32 or (rows > 16 and short))
+                else:
+                    assert not entry.wgmma
 
 
 def test_int8_split_kv_geometry_splits_the_window():
@@ -717,10 +726,13 @@ def test_int8_split_kv_geometry_fills_the_gpu_with_fewer_kv_heads():
 
     for num_kv_heads in (1, 2, 4, 8):
         assert segments(1, num_kv_heads) * min(num_kv_heads, 4) == segments(1, 4) * 4
-        for max_query_len in (2, 4):
-            assert segments(max_query_len, num_kv_heads) == segments(max_query_len, 4)
-        for max_query_len in (6, 16):
-            # Up to 128 query rows per program (36 and 96 here).
+        assert segments(2, num_kv_heads) == segments(2, 4)
+        # 4 tokens at 128K: the row kernel with 4 requests (up to 4 KV heads;
+        # more fill the GPU's programs), the warpgroup-MMA kernel with one.
+        if num_kv_heads <= 4:
+            assert segments(4, num_kv_heads, 4) == segments(4, 4, 4)
+        for max_query_len in (4, 6, 16):
+            # Up to 128 query rows per program (24, 36 and 96 here).
             programs = num_kv_heads
             wave = 1 << ((132 // programs).bit_length() - 1)
             assert segments(max_query_len, num_kv_heads) == min(32, wave)

@@ -145,7 +145,9 @@ class Int8SplitKVGeometry:
 # each tile's copy and widening (12-16 tokens x 6 heads: 128 rows) or take
 # alternate tiles of the same 64 rows (6-10 tokens).  17-32 rows (4 tokens
 # x 6 heads) split P.V into 32-channel dots so that each of 2 warps owns 16
-# rows: 1.1-1.5x faster than one P.V dot over the head with 4 warps.
+# rows: 1.1-1.5x faster than one P.V dot over the head with 4 warps; batches
+# of few keys take the warpgroup-MMA kernel for them too
+# (WGMMA_SHORT_BATCH_KEYS).
 _SM90_GEOMETRIES: tuple[tuple[int, Int8SplitKVGeometry], ...] = (
     (16, Int8SplitKVGeometry(32, 128, 2, 2, 16)),
     (32, Int8SplitKVGeometry(32, 128, 2, 2, 32, pv_chunk=32)),
@@ -190,6 +192,12 @@ WGMMA_PROGRAMS_PER_SM = 1
 # H200 (128K, 6 / 16 tokens: 132.7 / 205.3 us against 136.6 / 196.5).
 WGMMA_VH_STAGES = 2
 WGMMA_AHEAD = 2
+# Batches that hold at most this many keys per KV head (num_seqs *
+# max_seq_len) run 17-32 query rows on the warpgroup-MMA kernel's alternate
+# tiles rather than the table's split-P.V entry.  H200, 3-5 tokens x 6 heads:
+# 1.10-1.23x FA3 against 0.88-1.15x at 32K with 1-8 requests and at 128K
+# with 1-2; at 128K with 4-8 requests the split-P.V entry was 3-14% faster.
+WGMMA_SHORT_BATCH_KEYS = 256 * 1024
 
 
 @functools.cache
@@ -259,7 +267,19 @@ def select_int8_split_kv_geometry(
         num_sms = num_sms or device_sms
     table = geometry_table(capability_major)
     rows = num_queries_per_kv * max_query_len
+    # A sliding-window layer's rows see at most this many keys.
+    if sliding_window > 0:
+        max_seq_len = min(max_seq_len, sliding_window + max_query_len - 1)
     base = next((g for r, g in table if rows <= r), table[-1][1])
+    # Short batches with a few query rows more than decode's entry holds run
+    # the warpgroup-MMA kernel's alternate tiles, where the family has it.
+    wgmma_base = next((g for _, g in table if g.wgmma), None)
+    if (
+        wgmma_base is not None
+        and table[0][0] < rows <= wgmma_base.block_m
+        and num_seqs * max_seq_len <= WGMMA_SHORT_BATCH_KEYS
+    ):
+        base = wgmma_base
     # Tiles that straddle cache blocks are read in runs of the largest power
     # of two dividing the block size: at least 16 tokens for any block size
     # the backend allows (a multiple of 16), so the tables' tiles always fit.
@@ -271,8 +291,6 @@ def select_int8_split_kv_geometry(
     if max_query_len == 1 and 0 < num_kv_heads < REFERENCE_KV_HEADS:
         num_segments <<= (REFERENCE_KV_HEADS // num_kv_heads).bit_length() - 1
     # Short contexts (or windows): keep at least a few tiles per segment.
-    if sliding_window > 0:
-        max_seq_len = min(max_seq_len, sliding_window + max_query_len - 1)
     while num_segments > 1 and num_segments * tile_size * 4 > max_seq_len:
         num_segments //= 2
     # Larger batches fill the GPU with requests; keep the grid ~constant.
