@@ -29,6 +29,11 @@ logger = init_logger(__name__)
 _WARMUP_CONTEXT_TOKENS = 4096
 # Query tokens of the warm-up prefill chunk beyond the longest decode row.
 _WARMUP_PREFILL_EXTRA_TOKENS = 32
+# Longest context the decode rows are planned for a second time: the
+# split-KV kernel's choice may depend on the keys a batch holds (host
+# integers only), so each query length also runs as a batch this long
+# would, while reading the short context above.
+_WARMUP_PLANNED_SEQ_LEN = 1 << 24
 
 
 def _warmup_batch(
@@ -36,8 +41,11 @@ def _warmup_batch(
     context_lens: list[int],
     block_size: int,
     device: torch.device,
+    planned_seq_len: int | None = None,
 ) -> CommonAttentionMetadata:
-    """A batch whose block tables all point at block 0 (read, never written)."""
+    """A batch whose block tables all point at block 0 (read, never written);
+    ``planned_seq_len`` overrides its longest context as seen by the builder
+    (as CUDA graph capture plans for max_model_len), not the context read."""
     seq_lens = [q + c for q, c in zip(query_lens, context_lens)]
     query_start_loc_cpu = torch.tensor(
         [0, *torch.tensor(query_lens).cumsum(0).tolist()], dtype=torch.int32
@@ -52,7 +60,7 @@ def _warmup_batch(
         num_reqs=len(query_lens),
         num_actual_tokens=num_tokens,
         max_query_len=max(query_lens),
-        max_seq_len=max(seq_lens),
+        max_seq_len=planned_seq_len or max(seq_lens),
         block_table_tensor=torch.zeros(
             (len(query_lens), max_blocks), dtype=torch.int32, device=device
         ),
@@ -69,7 +77,8 @@ def _warm_up_group(runner: "GPUModelRunner", group, forward_context: dict) -> in
     threshold = builder.reorder_batch_threshold or 1
     ctx = _WARMUP_CONTEXT_TOKENS
     batches = [
-        _warmup_batch([q], [ctx], builder.block_size, runner.device)
+        _warmup_batch([q], [ctx], builder.block_size, runner.device, planned)
+        for planned in (None, _WARMUP_PLANNED_SEQ_LEN)
         for q in range(1, threshold + 1)
     ]
     batches.append(
@@ -113,7 +122,8 @@ def _warm_up_group(runner: "GPUModelRunner", group, forward_context: dict) -> in
 def triton_int8_per_token_head_warmup(runner: "GPUModelRunner") -> None:
     """Run each INT8 per-token-head Triton attention layer on warm-up batches:
     every decode/verify query length the batch reordering sends to the decode
-    path, then a mixed step with a prefill chunk over cached context."""
+    path, planned for a short and for a very long context, then a mixed step
+    with a prefill chunk over cached context."""
     from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
 
     forward_context = runner.compilation_config.static_forward_context
