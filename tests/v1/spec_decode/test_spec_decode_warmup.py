@@ -296,3 +296,48 @@ def test_slot_mapping_warmup_covers_every_group(record):
         )
     assert set(keys) == warm
     assert not warm <= fixed
+
+
+@pytest.mark.parametrize("max_num_seqs", [1, 8, 256])
+def test_draftless_steps_warmed(monkeypatch, max_num_seqs):
+    """With speculation on, the warm-up runs eager decode batches of one,
+    two and 16 one-token requests (Triton's three integer variants), alone
+    and next to a prefill of at least two tokens (which the metadata
+    builders do not count as a decode), all with attention metadata and no
+    drafts: the steps a prompt-lookup proposer without a match schedules."""
+    from vllm.model_executor.warmup import spec_decode_warmup as warmup
+
+    monkeypatch.setattr(
+        warmup, "warmup_rejection_greedy_sample_kernel", lambda *args: None
+    )
+    calls = []
+    runner = types.SimpleNamespace(
+        speculative_config=object(),
+        device=DEVICE,
+        num_spec_tokens=NUM_SPEC_TOKENS,
+        drafter=None,
+        scheduler_config=types.SimpleNamespace(max_num_seqs=max_num_seqs),
+        _dummy_run=lambda num_tokens, **kw: calls.append((num_tokens, kw)),
+    )
+    warmup.spec_decode_warmup(runner)
+    batches = set()
+    for num_tokens, kw in calls:
+        assert kw["force_attention"] and kw["is_profile"], kw
+        assert not kw.get("uniform_decode"), kw
+        if kw.get("create_mixed_batch"):
+            # The runner's mixed batch: this many one-token decodes, then
+            # one prefill of the remaining tokens.
+            decodes = min(max_num_seqs - 1, num_tokens // 2)
+            assert num_tokens - decodes >= 2
+            batches.add(("mixed", decodes))
+        else:
+            assert num_tokens <= max_num_seqs
+            batches.add(("decode", num_tokens))
+    expected = {("decode", n) for n in (1, 2, 16) if n <= max_num_seqs}
+    expected |= {("mixed", n) for n in (1, 2, 16) if n < max_num_seqs}
+    assert batches == expected
+
+    calls.clear()
+    runner.speculative_config = None
+    warmup.spec_decode_warmup(runner)
+    assert not calls

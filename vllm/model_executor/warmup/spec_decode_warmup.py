@@ -17,11 +17,15 @@ if TYPE_CHECKING:
 
 logger = init_logger(__name__)
 
+# Requests per draftless warm-up batch: Triton compiles an integer argument
+# equal to 1, one divisible by 16 and any other as three variants.
+_DRAFTLESS_BATCH_SIZES = (1, 2, 16)
+
 
 def spec_decode_warmup(model_runner: "GPUModelRunner") -> None:
-    """Compile the greedy rejection kernel in both of its variants and the
+    """Compile the greedy rejection kernel in both of its variants, the
     drafter's input-preparation kernels (drafters that have them:
-    ``warmup_kernels``), on one request each."""
+    ``warmup_kernels``) and the model's kernels for steps without drafts."""
     if not model_runner.speculative_config:
         return
     logger.info("Warming up speculative decoding kernels.")
@@ -31,3 +35,35 @@ def spec_decode_warmup(model_runner: "GPUModelRunner") -> None:
     warmup_kernels = getattr(model_runner.drafter, "warmup_kernels", None)
     if warmup_kernels is not None:
         warmup_kernels()
+    _warm_up_draftless_steps(model_runner)
+
+
+def _warm_up_draftless_steps(model_runner: "GPUModelRunner") -> None:
+    """Run decode and mixed batches whose requests carry no drafts.
+
+    With speculative decoding on, every captured decode batch has
+    ``1 + num_spec_tokens`` tokens per request, but a request can still be
+    scheduled without drafts: a prompt-lookup proposer (ngram) that finds no
+    match, or a request near its length limit.  Such steps take the model's
+    non-speculative paths, which hybrid models implement with their own
+    kernels (the Gated DeltaNet decode and conv-state update kernels, with
+    state-index strides that differ from the non-speculative engine's), and
+    no other warm-up or capture run reaches them.
+    """
+    max_num_reqs = model_runner.scheduler_config.max_num_seqs
+    for num_reqs in _DRAFTLESS_BATCH_SIZES:
+        if num_reqs > max_num_reqs:
+            continue
+        # num_reqs requests of one token each...
+        model_runner._dummy_run(
+            num_reqs, skip_eplb=True, is_profile=True, force_attention=True
+        )
+        # ...and as many next to a prefill of a few tokens.
+        if num_reqs < max_num_reqs:
+            model_runner._dummy_run(
+                2 * num_reqs + 1,
+                skip_eplb=True,
+                is_profile=True,
+                force_attention=True,
+                create_mixed_batch=True,
+            )
