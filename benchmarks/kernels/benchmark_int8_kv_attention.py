@@ -456,12 +456,14 @@ def main():
     if args.select:
         best = select(args, rows)
         major = current_platform.get_device_capability().major
+        # Rows only: --select times one request, so the table it writes has
+        # no rows for batches of few keys.
         table = tuple(
-            (16 * split_kv.MAX_QUERY_LEN if r == 256 else r, g)
+            split_kv.GeometryEntry(16 * split_kv.MAX_QUERY_LEN if r == 256 else r, g)
             for r, g in sorted(best.items())
         )
         split_kv.GEOMETRY_TABLES[major] = table
-        result["table"] = [(r, dataclasses.asdict(g)) for r, g in table]
+        result["table"] = [(e.max_rows, dataclasses.asdict(e.geometry)) for e in table]
         print("table", table, flush=True)
     cases = [
         (qlen, ctx, batch, bs)

@@ -171,9 +171,9 @@ def test_int8_split_kv_many_blocks(head_size):
         # Every table's entries with at most 32 segments (22 tokens must fit
         # the 1024 partial slots).
         *dict.fromkeys(
-            dataclasses.replace(g, num_segments=32)
+            dataclasses.replace(entry.geometry, num_segments=32)
             for table in GEOMETRY_TABLES.values()
-            for _, g in table
+            for entry in table
         ),
     ],
 )
@@ -611,23 +611,29 @@ def test_int8_split_kv_geometry_table(capability_major):
     Entries that split P.V keep their dots and KV tiles no wider than their
     rows (wider ones make Triton spread warps over tokens and channels)."""
     table = GEOMETRY_TABLES[capability_major]
-    for _, g in table:
+    assert table[-1].max_rows == 16 * MAX_QUERY_LEN and table[-1].max_batch_keys is None
+    for g in (entry.geometry for entry in table):
         if g.wgmma:
             assert g.block_m == 16 * g.num_warps and g.tile_size % 16 == 0, g
         if g.pv_chunk:
             assert not g.swap_ab and max(g.pv_chunk, g.tile_size) <= g.block_m, g
+    wgmma = next((e.geometry for e in table if e.geometry.wgmma), None)
     for max_query_len in range(1, MAX_QUERY_LEN + 1):
         rows = 6 * max_query_len
         for max_seq_len in (1, 100, 8192, 32768, 131072):
             for num_seqs in (1, 2, 4, 8, 256):
-                entry = next(g for r, g in table if rows <= r)
+                # By rows alone, then Hopper's rule for short batches.
+                entry = next(
+                    e.geometry
+                    for e in table
+                    if rows <= e.max_rows and e.max_batch_keys is None
+                )
                 if (
                     capability_major == 9
                     and 16 < rows <= 32
                     and num_seqs * max_seq_len <= 256 * 1024
                 ):
-                    entry = table[-1][1]
-                    assert entry.wgmma
+                    entry = wgmma
                 num_tokens = num_seqs * max_query_len
                 geo = select_int8_split_kv_geometry(
                     max_query_len,
@@ -695,7 +701,7 @@ def test_int8_split_kv_geometry_scales_with_the_sm_count():
         assert select(84, max_query_len=max_query_len).num_segments == full // 2
     # Ampere/Ada keep the row-split kernel for every query length.
     assert select(132, 8, max_query_len=6) == next(
-        g for rows, g in GEOMETRY_TABLES[8] if rows >= 36
+        e.geometry for e in GEOMETRY_TABLES[8] if e.max_rows >= 36
     )
     assert not select(132, 8, max_query_len=16).swap_ab
     # Families without a table of their own take the nearest older one.
@@ -907,11 +913,13 @@ SPILL_ARCHS = (80, 86, 90)
 SPILL_BLOCK_SIZES = (16, 1600)
 
 
-# Every (arch, table entry) the selector can return.
+# Every (arch, table entry) the selector can return, the first row of each
+# geometry (rows that differ only in the batches they cover compile alike).
 SPILL_ENTRIES = [
     (arch, entry)
     for arch in SPILL_ARCHS
-    for entry in range(len(geometry_table(arch // 10)))
+    for entry, row in enumerate(geometry_table(arch // 10))
+    if row.geometry not in [r.geometry for r in geometry_table(arch // 10)[:entry]]
 ]
 # Sliding-window layers compile a variant with a third KV loop (the masked
 # tiles at the window's start); checked with 16-token blocks.
@@ -920,7 +928,7 @@ SPILL_WINDOW = 2048
 ALLOWED_SPILL_BYTES = {(80, 0): 8}
 # ...and of the sliding-window variants: sm_90's 17-32-row entry (eight
 # registers; 32-token tiles with P.V split into channel chunks).
-ALLOWED_WINDOW_SPILL_BYTES = {(90, 1): 32}
+ALLOWED_WINDOW_SPILL_BYTES = {(90, 2): 32}
 
 
 def _table_offline_stats() -> dict[str, dict]:
@@ -933,10 +941,10 @@ def _table_offline_stats() -> dict[str, dict]:
         "m = importlib.util.module_from_spec(spec)\n"
         "spec.loader.exec_module(m)\n"
         "stats = {f'{e}-{b}-{a}': m._offline_stats("
-        "m.geometry_table(a // 10)[e][1], b, a) for a, e in m.SPILL_ENTRIES "
+        "m.geometry_table(a // 10)[e].geometry, b, a) for a, e in m.SPILL_ENTRIES "
         "for b in m.SPILL_BLOCK_SIZES}\n"
         "stats.update({f'{e}-16-{a}-window': m._offline_stats("
-        "m.geometry_table(a // 10)[e][1], 16, a, m.SPILL_WINDOW) "
+        "m.geometry_table(a // 10)[e].geometry, 16, a, m.SPILL_WINDOW) "
         "for a, e in m.SPILL_ENTRIES})\n"
         "print(json.dumps(stats))\n"
     )
@@ -970,7 +978,7 @@ def test_geometry_table_does_not_spill(arch, entry, block_size, table_offline_st
     spilled = table_offline_stats[f"{entry}-{block_size}-{arch}"]["stack"]
     allowed = ALLOWED_SPILL_BYTES.get((arch, entry), 0)
     assert spilled <= allowed, (
-        f"{geometry_table(arch // 10)[entry][1]} spills {spilled} bytes per "
+        f"{geometry_table(arch // 10)[entry].geometry} spills {spilled} bytes per "
         f"thread on sm_{arch} with {block_size}-token blocks"
     )
 
@@ -988,7 +996,7 @@ def test_sliding_window_variant_does_not_spill(arch, entry, table_offline_stats)
         (arch, entry), ALLOWED_SPILL_BYTES.get((arch, entry), 0)
     )
     assert stats["stack"] <= allowed, (
-        f"{geometry_table(arch // 10)[entry][1]} with a sliding window spills "
+        f"{geometry_table(arch // 10)[entry].geometry} with a sliding window spills "
         f"{stats['stack']} bytes per thread on sm_{arch}"
     )
     assert not stats["wgmma_serialized"]
@@ -1003,11 +1011,13 @@ def test_wgmma_kernel_keeps_its_mma_asynchronous(block_size, table_offline_stats
     wgmma: ptxas does not serialise them (it does, silently except in its
     verbose log, when a wgmma's accumulator is read or written before its
     wait, e.g. a result kept in flight across the loop's back edge)."""
-    entries = [e for e, (_, g) in enumerate(geometry_table(9)) if g.wgmma]
+    entries = [
+        e for a, e in SPILL_ENTRIES if a == 90 and geometry_table(9)[e].geometry.wgmma
+    ]
     assert entries, "the sm_90 table has no warpgroup-MMA entry"
     for entry in entries:
         stats = table_offline_stats[f"{entry}-{block_size}-90"]
         assert not stats["wgmma_serialized"], (
-            f"ptxas serialises the wgmma of {geometry_table(9)[entry][1]} "
+            f"ptxas serialises the wgmma of {geometry_table(9)[entry].geometry} "
             f"({block_size}-token blocks)"
         )

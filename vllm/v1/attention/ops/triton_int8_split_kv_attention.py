@@ -50,6 +50,7 @@ import dataclasses
 import functools
 import os
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -132,11 +133,34 @@ class Int8SplitKVGeometry:
     wgmma: bool = False
 
 
-# Geometry tables, one per GPU family (compute capability major version):
-# (largest number of query rows, geometry), the first entry whose row count
-# covers the step's ``num_queries_per_kv * max_query_len`` rows applies.
-# Segment counts are for REFERENCE_SMS multiprocessors and REFERENCE_KV_HEADS
-# KV heads per request; select_int8_split_kv_geometry scales them.
+class GeometryEntry(NamedTuple):
+    """One row of a geometry table; the first row that covers a launch
+    applies."""
+
+    # Query rows (query heads per KV head x longest query) it covers.
+    max_rows: int
+    geometry: Int8SplitKVGeometry
+    # Keys per KV head the batch may hold (number of requests x longest
+    # context, clamped to a sliding window); None: any number.
+    max_batch_keys: int | None = None
+
+    def covers(self, rows: int, batch_keys: int) -> bool:
+        return rows <= self.max_rows and (
+            self.max_batch_keys is None or batch_keys <= self.max_batch_keys
+        )
+
+
+# Batches that hold at most this many keys per KV head run 17-32 query rows
+# on the warpgroup-MMA kernel's alternate tiles rather than the split-P.V
+# entry.  H200, 3-5 tokens x 6 heads: 1.10-1.23x FA3 against 0.88-1.15x at
+# 32K with 1-8 requests and at 128K with 1-2; at 128K with 4-8 requests the
+# split-P.V entry was 3-14% faster.
+WGMMA_SHORT_BATCH_KEYS = 256 * 1024
+
+# Geometry tables, one per GPU family (compute capability major version).
+# Segment counts are for REFERENCE_SMS multiprocessors and
+# REFERENCE_KV_HEADS KV heads per request; select_int8_split_kv_geometry
+# scales them.  The last row of a table covers every query row it takes.
 #
 # Hopper (sm_90), measured on an H200 (benchmarks/kernels/
 # benchmark_int8_kv_attention.py): verify steps of more than 32 rows run
@@ -144,29 +168,30 @@ class Int8SplitKVGeometry:
 # stages, one program per multiprocessor: its two consumer warpgroups share
 # each tile's copy and widening (12-16 tokens x 6 heads: 128 rows) or take
 # alternate tiles of the same 64 rows (6-10 tokens).  17-32 rows (4 tokens
-# x 6 heads) split P.V into 32-channel dots so that each of 2 warps owns 16
-# rows: 1.1-1.5x faster than one P.V dot over the head with 4 warps; batches
-# of few keys take the warpgroup-MMA kernel for them too
-# (WGMMA_SHORT_BATCH_KEYS).
-_SM90_GEOMETRIES: tuple[tuple[int, Int8SplitKVGeometry], ...] = (
-    (16, Int8SplitKVGeometry(32, 128, 2, 2, 16)),
-    (32, Int8SplitKVGeometry(32, 128, 2, 2, 32, pv_chunk=32)),
-    (16 * MAX_QUERY_LEN, Int8SplitKVGeometry(32, 32, 4, 4, 64, wgmma=True)),
+# x 6 heads) take it too in batches of few keys; in larger ones they split
+# P.V into 32-channel dots so that each of 2 warps owns 16 rows: 1.1-1.5x
+# faster than one P.V dot over the head with 4 warps.
+_SM90_WGMMA = Int8SplitKVGeometry(32, 32, 4, 4, 64, wgmma=True)
+_SM90_GEOMETRIES: tuple[GeometryEntry, ...] = (
+    GeometryEntry(16, Int8SplitKVGeometry(32, 128, 2, 2, 16)),
+    GeometryEntry(32, _SM90_WGMMA, max_batch_keys=WGMMA_SHORT_BATCH_KEYS),
+    GeometryEntry(32, Int8SplitKVGeometry(32, 128, 2, 2, 32, pv_chunk=32)),
+    GeometryEntry(16 * MAX_QUERY_LEN, _SM90_WGMMA),
 )
 # Ampere and Ada (sm_80/86/89): no timings yet.  Geometries that compile
 # without register spills for sm_86 (the decode entry spills 8 bytes per
 # thread on sm_80) and fit its 99 KB of shared memory per block.
-_SM8X_GEOMETRIES: tuple[tuple[int, Int8SplitKVGeometry], ...] = (
-    (16, Int8SplitKVGeometry(32, 128, 2, 2, 16)),
+_SM8X_GEOMETRIES: tuple[GeometryEntry, ...] = (
+    GeometryEntry(16, Int8SplitKVGeometry(32, 128, 2, 2, 16)),
     # The split P.V form of sm_90's 32-row entry (the same mma.sync code)
     # with 16-token tiles in three stages, since 32-token tiles spill on
     # sm_86: 0.94-1.16x FA3 at 4 tokens on an H200, where one P.V dot over
     # the head (the 64-row entry below) took 0.73-0.87x.
-    (32, Int8SplitKVGeometry(16, 128, 2, 3, 32, pv_chunk=32)),
-    (64, Int8SplitKVGeometry(32, 64, 4, 2, 32)),
-    (16 * MAX_QUERY_LEN, Int8SplitKVGeometry(32, 32, 4, 2, 32)),
+    GeometryEntry(32, Int8SplitKVGeometry(16, 128, 2, 3, 32, pv_chunk=32)),
+    GeometryEntry(64, Int8SplitKVGeometry(32, 64, 4, 2, 32)),
+    GeometryEntry(16 * MAX_QUERY_LEN, Int8SplitKVGeometry(32, 32, 4, 2, 32)),
 )
-GEOMETRY_TABLES: dict[int, tuple[tuple[int, Int8SplitKVGeometry], ...]] = {
+GEOMETRY_TABLES: dict[int, tuple[GeometryEntry, ...]] = {
     8: _SM8X_GEOMETRIES,
     9: _SM90_GEOMETRIES,
 }
@@ -192,12 +217,6 @@ WGMMA_PROGRAMS_PER_SM = 1
 # H200 (128K, 6 / 16 tokens: 132.7 / 205.3 us against 136.6 / 196.5).
 WGMMA_VH_STAGES = 2
 WGMMA_AHEAD = 2
-# Batches that hold at most this many keys per KV head (num_seqs *
-# max_seq_len) run 17-32 query rows on the warpgroup-MMA kernel's alternate
-# tiles rather than the table's split-P.V entry.  H200, 3-5 tokens x 6 heads:
-# 1.10-1.23x FA3 against 0.88-1.15x at 32K with 1-8 requests and at 128K
-# with 1-2; at 128K with 4-8 requests the split-P.V entry was 3-14% faster.
-WGMMA_SHORT_BATCH_KEYS = 256 * 1024
 
 
 @functools.cache
@@ -214,7 +233,7 @@ def _device_properties() -> tuple[int | None, int]:
 
 def geometry_table(
     capability_major: int | None,
-) -> tuple[tuple[int, Int8SplitKVGeometry], ...]:
+) -> tuple[GeometryEntry, ...]:
     """The geometry table of a GPU family (the newest one when unknown)."""
     if capability_major is None:
         return GEOMETRY_TABLES[max(GEOMETRY_TABLES)]
@@ -237,7 +256,8 @@ def select_int8_split_kv_geometry(
 ) -> Int8SplitKVGeometry:
     """Choose the launch geometry for one split-KV launch.
 
-    The base geometry comes from the GPU family's table by query rows.
+    The base geometry is the first row of the GPU family's table that
+    covers the step's query rows and the keys its batch holds.
     Decode wants many segments: the grid must fill the GPU with only
     ``num_seqs * num_kv_heads`` (request, KV head) pairs, so segments scale
     with the multiprocessor count and, for decode, inversely with the KV
@@ -270,16 +290,11 @@ def select_int8_split_kv_geometry(
     # A sliding-window layer's rows see at most this many keys.
     if sliding_window > 0:
         max_seq_len = min(max_seq_len, sliding_window + max_query_len - 1)
-    base = next((g for r, g in table if rows <= r), table[-1][1])
-    # Short batches with a few query rows more than decode's entry holds run
-    # the warpgroup-MMA kernel's alternate tiles, where the family has it.
-    wgmma_base = next((g for _, g in table if g.wgmma), None)
-    if (
-        wgmma_base is not None
-        and table[0][0] < rows <= wgmma_base.block_m
-        and num_seqs * max_seq_len <= WGMMA_SHORT_BATCH_KEYS
-    ):
-        base = wgmma_base
+    batch_keys = num_seqs * max_seq_len
+    base = next(
+        (e.geometry for e in table if e.covers(rows, batch_keys)),
+        table[-1].geometry,
+    )
     # Tiles that straddle cache blocks are read in runs of the largest power
     # of two dividing the block size: at least 16 tokens for any block size
     # the backend allows (a multiple of 16), so the tables' tiles always fit.
