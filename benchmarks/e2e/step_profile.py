@@ -83,6 +83,10 @@ class JitLog:
                     "signature": str(compile.get("signature", ""))[:400]
                     if isinstance(compile, dict)
                     else "",
+                    # Every argument with its specialisation (e.g. i32D:
+                    # divisible by 16; *bf16D: 16-byte aligned), which tells
+                    # variants with equal constants apart.
+                    "args": str(repr)[:4000],
                 }
             )
             if previous is not None:

@@ -170,6 +170,15 @@ def test_tensor_parallel_matches_single_gpu(results_dir):
 UPSTREAM_FIRST_USE = {"_fused_post_conv_kernel"}
 
 
+def _describe(compiles: list[dict]) -> str:
+    """The compiles after ready, each with its arguments' specialisation
+    (pytest would shorten the records to a few keys)."""
+    return "\n".join(
+        f"{e['phase']}: {e['kernel']}[{e.get('args', e['constants'])}]"
+        for e in compiles
+    )
+
+
 def test_no_attention_compile_after_ready(results_dir):
     """A decoding request meets another request's first prefill chunks (mixed
     steps, the last one short enough for the decode path), after a first long
@@ -206,7 +215,7 @@ def test_no_attention_compile_after_ready(results_dir):
     compiles = [
         e for e in run["jit_after_ready"] if e["kernel"] not in UPSTREAM_FIRST_USE
     ]
-    assert not compiles, compiles
+    assert not compiles, _describe(compiles)
 
 
 @pytest.mark.parametrize("spec", ["dflash", "ngram"])
@@ -232,4 +241,4 @@ def test_no_spec_decode_compile_after_ready(results_dir, spec):
         compiles = [
             e for e in run["jit_after_ready"] if e["kernel"] not in UPSTREAM_FIRST_USE
         ]
-        assert not compiles, (kv, compiles)
+        assert not compiles, f"{kv}: {_describe(compiles)}"
