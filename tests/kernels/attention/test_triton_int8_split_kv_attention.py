@@ -622,17 +622,14 @@ def test_int8_split_kv_geometry_table(capability_major):
         rows = 6 * max_query_len
         for max_seq_len in (1, 100, 8192, 32768, 131072):
             for num_seqs in (1, 2, 4, 8, 256):
+                short = num_seqs * max_seq_len <= 256 * 1024
                 # By rows alone, then Hopper's rule for short batches.
                 entry = next(
                     e.geometry
                     for e in table
                     if rows <= e.max_rows and e.max_batch_keys is None
                 )
-                if (
-                    capability_major == 9
-                    and 16 < rows <= 32
-                    and num_seqs * max_seq_len <= 256 * 1024
-                ):
+                if capability_major == 9 and 16 < rows <= 32 and short:
                     entry = wgmma
                 num_tokens = num_seqs * max_query_len
                 geo = select_int8_split_kv_geometry(
@@ -656,7 +653,6 @@ def test_int8_split_kv_geometry_table(capability_major):
                 partials = 2 if entry.wgmma and rows <= entry.block_m else 1
                 assert segs == 1 or segs * num_tokens * partials <= MAX_PARTIALS
                 if capability_major == 9:
-                    short = num_seqs * max_seq_len <= 256 * 1024
                     assert entry.wgmma == (rows > 32 or (rows > 16 and short))
                 else:
                     assert not entry.wgmma
@@ -913,13 +909,18 @@ SPILL_ARCHS = (80, 86, 90)
 SPILL_BLOCK_SIZES = (16, 1600)
 
 
-# Every (arch, table entry) the selector can return, the first row of each
-# geometry (rows that differ only in the batches they cover compile alike).
+def _distinct_entries(capability_major: int) -> list[int]:
+    """The rows of a family's table, the first of each geometry (rows that
+    differ only in the batches they cover compile alike)."""
+    first: dict[Int8SplitKVGeometry, int] = {}
+    for entry, row in enumerate(geometry_table(capability_major)):
+        first.setdefault(row.geometry, entry)
+    return list(first.values())
+
+
+# Every (arch, table entry) the selector can return.
 SPILL_ENTRIES = [
-    (arch, entry)
-    for arch in SPILL_ARCHS
-    for entry, row in enumerate(geometry_table(arch // 10))
-    if row.geometry not in [r.geometry for r in geometry_table(arch // 10)[:entry]]
+    (arch, entry) for arch in SPILL_ARCHS for entry in _distinct_entries(arch // 10)
 ]
 # Sliding-window layers compile a variant with a third KV loop (the masked
 # tiles at the window's start); checked with 16-token blocks.

@@ -51,9 +51,7 @@ def _warm_up_draftless_steps(model_runner: "GPUModelRunner") -> None:
     no other warm-up or capture run reaches them.
     """
     max_num_reqs = model_runner.scheduler_config.max_num_seqs
-    for num_reqs in _DRAFTLESS_BATCH_SIZES:
-        if num_reqs > max_num_reqs:
-            continue
+    for num_reqs in (n for n in _DRAFTLESS_BATCH_SIZES if n <= max_num_reqs):
         # num_reqs requests of one token each...
         model_runner._dummy_run(
             num_reqs, skip_eplb=True, is_profile=True, force_attention=True
