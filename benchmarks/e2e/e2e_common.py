@@ -41,6 +41,8 @@ KV_CONFIGS = {
 # vLLM load formats the scripts offer: the model's own weights, or random
 # ones from vLLM's dummy loader (config.json is all it reads).
 LOAD_FORMATS = ("auto", "dummy")
+# Online weight quantizations the harness passes to vLLM (--quantization).
+QUANTIZATIONS = ("fp8",)
 
 # The Triton backend's attention launchers, by the path name the reports use.
 # count_attention_paths() wraps them in the engine's process (eager steps
@@ -232,6 +234,14 @@ def script_parser(
         "random weights and needs only config.json (make_hybrid_model.py "
         "--config-only): speed and memory only, no quality",
     )
+    p.add_argument(
+        "--quantization",
+        choices=QUANTIZATIONS,
+        default=None,
+        help="vLLM's online weight quantization of the target (fp8: the linear "
+        "layers' weights quantized per tensor at load time, about half the "
+        "BF16 bytes; works with --load-format dummy); default: BF16 weights",
+    )
     return p
 
 
@@ -246,6 +256,7 @@ def engine_settings(args: argparse.Namespace) -> dict[str, Any]:
             args.async_scheduling
         ],
         "load_format": args.load_format,
+        "quantization": args.quantization,
     }
 
 
@@ -259,7 +270,8 @@ def engine_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
     ``cfg`` keys: model, kv (a KV_CONFIGS name), drafter (folder or None),
     num_spec_tokens, max_model_len, max_num_batched_tokens, enforce_eager,
     gpu_memory_utilization, kv_cache_memory_gib, load_format (also the
-    drafter's: vLLM loads it with the target's load config).
+    drafter's: vLLM loads it with the target's load config), quantization
+    (None or one of QUANTIZATIONS: vLLM's online weight quantization).
     """
     load_format = cfg.get("load_format", "auto")
     if load_format not in LOAD_FORMATS:
@@ -293,6 +305,11 @@ def engine_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
         async_scheduling=cfg.get("async_scheduling"),
         load_format=load_format,
     )
+    quantization = cfg.get("quantization")
+    if quantization is not None:
+        if quantization not in QUANTIZATIONS:
+            raise ValueError(f"quantization {quantization!r} not in {QUANTIZATIONS}")
+        kwargs["quantization"] = quantization
     if cfg.get("kv_cache_memory_gib"):
         kwargs["kv_cache_memory_bytes"] = int(cfg["kv_cache_memory_gib"] * 2**30)
     if cfg.get("speculative_config"):

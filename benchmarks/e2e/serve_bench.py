@@ -486,6 +486,7 @@ def run(args: argparse.Namespace) -> dict:
         "kv": args.kv,
         "model": model,
         "load_format": args.load_format,
+        "quantization": args.quantization,
         "runs": {},
     }
     path = os.path.join(args.results_dir, f"serve_{args.label}.json")
@@ -508,17 +509,17 @@ def run(args: argparse.Namespace) -> dict:
 
 def previous_runs(path: str, report: dict) -> dict:
     """The runs already in ``path`` (``--merge``: one --spec per invocation
-    fits a time limit), if it measured the same KV config, model and load
-    format; otherwise stop rather than mix them."""
+    fits a time limit), if it measured the same KV config, model, load
+    format and weight quantization; otherwise stop rather than mix them."""
     if not os.path.exists(path):
         return {}
     with open(path) as f:
         old = json.load(f)
-    for key in ("kv", "model", "load_format"):
-        if old.get(key) != report[key]:
+    for key in ("kv", "model", "load_format", "quantization"):
+        if old.get(key) != report.get(key):
             raise SystemExit(
-                f"{path} has {key}={old.get(key)!r}, this run {report[key]!r}: "
-                "not merged"
+                f"{path} has {key}={old.get(key)!r}, "
+                f"this run {report.get(key)!r}: not merged"
             )
     return old["runs"]
 

@@ -320,6 +320,30 @@ def test_load_format_parses_and_reaches_the_engine_kwargs():
         e2e_common.engine_kwargs({**cfg, "load_format": "bogus"})
 
 
+def test_quantization_parses_and_reaches_the_engine_kwargs():
+    """--quantization fp8 becomes vLLM's ``quantization`` engine argument
+    (an EngineArgs field); without it the engine gets none (BF16 weights),
+    and names vLLM does not get from the harness are refused."""
+    import dataclasses
+
+    import serve_bench
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    p = serve_bench.parser()
+    cfg = {"model": "m", "kv": "int8-triton"}
+    args = p.parse_args(["--quantization", "fp8", "--load-format", "dummy"])
+    kwargs = e2e_common.engine_kwargs({**cfg, **e2e_common.engine_settings(args)})
+    assert kwargs["quantization"] == "fp8" and kwargs["load_format"] == "dummy"
+    assert "quantization" in {f.name for f in dataclasses.fields(EngineArgs)}
+    default = e2e_common.engine_settings(p.parse_args([]))
+    assert "quantization" not in e2e_common.engine_kwargs({**cfg, **default})
+    with pytest.raises(SystemExit):
+        p.parse_args(["--quantization", "gguf"])
+    with pytest.raises(ValueError, match="quantization"):
+        e2e_common.engine_kwargs({**cfg, "quantization": "awq"})
+
+
 @pytest.mark.parametrize("spec", ["none", "dflash", "ngram"])
 def test_step_profile_spec_reaches_the_engine_kwargs(spec):
     """step_profile's --spec picks the drafter folder (DFlash) or ngram
@@ -713,6 +737,10 @@ def test_merge_keeps_other_runs_of_the_same_configuration(tmp_path):
     assert serve_bench.previous_runs(str(path), report) == {"none": {"single": {}}}
     with pytest.raises(SystemExit, match="load_format"):
         serve_bench.previous_runs(str(path), {**report, "load_format": "auto"})
+    # Reports written before --quantization existed had BF16 weights.
+    assert serve_bench.previous_runs(str(path), {**report, "quantization": None})
+    with pytest.raises(SystemExit, match="quantization"):
+        serve_bench.previous_runs(str(path), {**report, "quantization": "fp8"})
 
 
 def test_host_time_times_each_path_without_a_gpu(tmp_path):

@@ -782,6 +782,7 @@ def _offline_stats(geometry, block_size, arch, sliding_window=0):
         return {
             "stack": max(st["stack"] for st in stats),
             "wgmma_serialized": any(st["wgmma_serialized"] for st in stats),
+            "tile_split_warp_votes": stats[1]["warp_votes"],
         }
     return _offline_compile(geometry, block_size, arch, sliding_window)
 
@@ -874,7 +875,15 @@ def _offline_compile(geometry, block_size, arch, sliding_window, tile_split=Fals
             text=True,
         ).stdout
         serialized = False
+        warp_votes = 0
         if geometry.wgmma:
+            sass = subprocess.run(
+                [knobs.nvidia.cuobjdump.path, "-sass", path],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            warp_votes = len(re.findall(r"\bVOTE\.ANY\b", sass))
             # ptxas serialises every wgmma of a kernel (each waits for the
             # previous one) when it cannot prove the asynchronous
             # accumulators untouched, and says so only in its verbose log.
@@ -891,6 +900,7 @@ def _offline_compile(geometry, block_size, arch, sliding_window, tile_split=Fals
     return {
         "stack": int(re.search(r"STACK:(\d+)", usage).group(1)),
         "wgmma_serialized": serialized,
+        "warp_votes": warp_votes,
     }
 
 
@@ -1021,4 +1031,26 @@ def test_wgmma_kernel_keeps_its_mma_asynchronous(block_size, table_offline_stats
         assert not stats["wgmma_serialized"], (
             f"ptxas serialises the wgmma of {geometry_table(9)[entry].geometry} "
             f"({block_size}-token blocks)"
+        )
+
+
+@pytest.mark.skipif(
+    not _offline_toolchain(), reason="needs Triton's bundled ptxas and cuobjdump"
+)
+@pytest.mark.parametrize("block_size", SPILL_BLOCK_SIZES)
+def test_wgmma_alternate_tiles_skip_unmoved_rescales(block_size, table_offline_stats):
+    """With up to 64 rows (alternate tiles) the warpgroup-MMA kernel scales
+    its accumulator only in warps where some row's softmax reference or the
+    V-scale reference moved: a warp vote (VOTE.ANY) and a branch around the
+    multiplies, which most tiles take (test_int8_split_kv_growing_scales
+    checks the tiles that move on a GPU)."""
+    entries = [
+        e for a, e in SPILL_ENTRIES if a == 90 and geometry_table(9)[e].geometry.wgmma
+    ]
+    assert entries, "the sm_90 table has no warpgroup-MMA entry"
+    for entry in entries:
+        stats = table_offline_stats[f"{entry}-{block_size}-90"]
+        assert stats["tile_split_warp_votes"] >= 1, (
+            f"{geometry_table(9)[entry].geometry} ({block_size}-token blocks) "
+            "rescales its accumulator on every tile"
         )

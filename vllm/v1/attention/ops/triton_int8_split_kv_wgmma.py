@@ -76,6 +76,75 @@ def _widen(x):
     )
 
 
+def _rescale_asm(pack: int) -> tuple[str, str]:
+    # PTX and constraints of one _rescale_if_moved block of `pack`
+    # accumulator elements: outputs, then the elements, their rows' factors
+    # and the warp's flags (the block reads the first).
+    lines = [
+        "{",
+        ".reg .pred moved;",
+        f"setp.ne.u32 moved, ${3 * pack}, 0;",
+        "@!moved bra.uni KEEP;",
+        *(f"mul.f32 ${i}, ${pack + i}, ${2 * pack + i};" for i in range(pack)),
+        "bra.uni DONE;",
+        "KEEP:",
+        *(f"mov.f32 ${i}, ${pack + i};" for i in range(pack)),
+        "DONE:",
+        "}",
+    ]
+    constraints = ["=f"] * pack + ["f"] * (2 * pack) + ["r"] * pack
+    return "\n".join(lines), ",".join(constraints)
+
+
+# Each thread holds 32, 64 or 128 accumulator elements (head sizes 64, 128,
+# 256); a block takes 32 of them.
+_RESCALE_PACK = gl.constexpr(32)
+_RESCALE_ASM = gl.constexpr(_rescale_asm(32)[0])
+_RESCALE_CONSTRAINTS = gl.constexpr(_rescale_asm(32)[1])
+
+
+@gluon.jit
+def _warp_moved(factor):
+    # 1 in every lane of a warp where some row's factor differs from 1,
+    # else 0: a thread's two elements are its accumulator rows r and r + 8.
+    return gl.inline_asm_elementwise(
+        asm="""{
+        .reg .pred p, q;
+        setp.ne.f32 p, $2, 0f3F800000;
+        setp.ne.or.f32 p, $3, 0f3F800000, p;
+        vote.sync.any.pred q, p, 0xffffffff;
+        selp.u32 $0, 1, 0, q;
+        mov.u32 $1, $0;
+        }""",
+        constraints="=r,=r,f,f",
+        args=[factor],
+        dtype=gl.int32,
+        is_pure=True,
+        pack=2,
+    )
+
+
+@gluon.jit
+def _rescale_if_moved(acc, factor):
+    # acc * factor (per row), skipped by every warp none of whose rows'
+    # factors moved from 1: most tiles move neither a row's softmax
+    # reference nor the V-scale reference, and a warp owns its accumulator
+    # rows, so the vote needs no other warp (a branch taken by whole warps,
+    # which Gluon's scalar control flow cannot express).
+    moved = gl.expand_dims(_warp_moved(factor), 1)
+    factor = gl.expand_dims(factor, 1)
+    acc, factor = gl.broadcast(acc, factor)
+    acc, moved = gl.broadcast(acc, moved)
+    return gl.inline_asm_elementwise(
+        asm=_RESCALE_ASM,
+        constraints=_RESCALE_CONSTRAINTS,
+        args=[acc, factor, moved],
+        dtype=gl.float32,
+        is_pure=True,
+        pack=_RESCALE_PACK,
+    )
+
+
 @gluon.jit
 def _tile_blocks(
     block_table_row,
@@ -307,6 +376,7 @@ def _softmax_tile(
     P_LOG2_SCALE: gl.constexpr,
     RESCALE_THRESHOLD: gl.constexpr,
     SLIDING_WINDOW: gl.constexpr,
+    SKIP_UNMOVED: gl.constexpr,
 ):
     # Tile j's int32 scores to P (fp16, the A operand of P.V), moving the
     # running state along.  m_i: each row's softmax reference (log2 units;
@@ -343,7 +413,16 @@ def _softmax_tile(
     m_new = gl.where(tile_max > m_i + RESCALE_THRESHOLD, tile_max, m_i)
     alpha = gl.exp2(m_i - m_new)
     l_i = l_i * alpha
-    acc = acc * gl.expand_dims(gl.convert_layout(alpha * (v_ref / new_v_ref), row_o), 1)
+    if SKIP_UNMOVED:
+        # Factors exactly 1 where nothing moved (v_ref * rcp(v_ref) need not
+        # be), so that warps can skip the 128 multiplies per thread.
+        v_ratio = gl.where(new_v_ref > v_ref, v_ref / new_v_ref, 1.0)
+        alpha = gl.where(m_new > m_i, alpha, 1.0)
+        acc = _rescale_if_moved(acc, gl.convert_layout(alpha * v_ratio, row_o))
+    else:
+        acc = acc * gl.expand_dims(
+            gl.convert_layout(alpha * (v_ref / new_v_ref), row_o), 1
+        )
     # P <= 2**(P_LOG2_SCALE + RESCALE_THRESHOLD).
     P = gl.exp2(S - gl.expand_dims(m_new - P_LOG2_SCALE, 1))
     l_i += gl.sum(P, axis=1)
@@ -495,6 +574,7 @@ def _consumer(
                 P_LOG2_SCALE,
                 RESCALE_THRESHOLD,
                 SLIDING_WINDOW,
+                True,
             )
             h = i % VH_STAGES
             acc = warpgroup_mma(
@@ -557,6 +637,7 @@ def _consumer(
                 P_LOG2_SCALE,
                 RESCALE_THRESHOLD,
                 SLIDING_WINDOW,
+                False,
             )
             k_scale = ks_smem.index(s_n).load(col_s)
             v_scale = vs_smem.index(s_n).load(col_s)
