@@ -112,9 +112,9 @@ def test_gpu_suite_runs_each_stage_in_its_own_pytest(gpu_cli, capsys):
     narrows only its own files), each under the time limit; a cut or failed
     stage does not stop the next, and the run fails with the first failure."""
     calls, rcs = gpu_cli
-    rcs.extend([0, 124, 0, 1, 0, 0, 0])
+    rcs.extend([0, 124, 0, 1, 0, 0, 0, 0])
     stages = stages_of(GPU_SUITE)
-    assert len(stages) == 7
+    assert len(stages) == 8
     assert cli.main(["test", "--gpu", "--time-limit", "480"]) == 124
     assert len(calls) == len(stages)
     for (cmd, limit), stage in zip(calls, stages, strict=True):
@@ -122,7 +122,11 @@ def test_gpu_suite_runs_each_stage_in_its_own_pytest(gpu_cli, capsys):
         assert cmd[-len(read_suite(GPU_SUITE, stage)) :] == read_suite(GPU_SUITE, stage)
     upstream = calls[stages.index("upstream")][0]
     assert upstream[upstream.index("-k") + 1] == "num_heads0 and seq_lens1"
-    assert "-k" not in calls[stages.index("kernels")][0]
+    # The split-KV file's full grid runs in a stage of its own.
+    kernels = calls[stages.index("kernels")][0]
+    assert kernels[kernels.index("-k") + 1] == "not test_int8_split_kv_attention["
+    grid = calls[stages.index("kernels-grid")][0]
+    assert grid[grid.index("-k") + 1] == "test_int8_split_kv_attention["
     out = capsys.readouterr().out
     assert f"stage {stages[1]}: cut at 480 s" in out
     assert f"stage {stages[3]}: failed (exit 1)" in out
