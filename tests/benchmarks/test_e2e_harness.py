@@ -594,6 +594,24 @@ def test_compare_uses_step_time_between_kv_dtypes(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "serve_compare.json").read_text())["ratios"]
 
 
+def test_compare_stops_when_nothing_was_measured(tmp_path, monkeypatch):
+    """Runs that failed before measuring (their reports hold no case) give
+    one clear message, not a plotting error with nothing written."""
+    import json
+
+    import serve_bench
+
+    paths = []
+    for label in ("int8", "bf16-fa"):
+        path = tmp_path / f"serve_{label}.json"
+        path.write_text(json.dumps({"label": label, "kv": label, "runs": {}}))
+        paths.append(str(path))
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(SystemExit, match="nothing to compare"):
+        serve_bench.compare(paths, str(tmp_path), baseline="bf16-fa")
+    assert not (tmp_path / "serve_compare.json").exists()
+
+
 def test_measure_turns_alternate_runs_and_stop_on_failure(tmp_path):
     """Two runs sharing a GPU measure in turns A B A B, whatever order their
     engines become ready in; a run that fails releases the other."""

@@ -1054,3 +1054,56 @@ def test_wgmma_alternate_tiles_skip_unmoved_rescales(block_size, table_offline_s
             f"{geometry_table(9)[entry].geometry} ({block_size}-token blocks) "
             "rescales its accumulator on every tile"
         )
+
+
+def _load_benchmark():
+    import importlib.util
+    from pathlib import Path
+
+    path = (
+        Path(__file__).resolve().parents[3]
+        / "benchmarks"
+        / "kernels"
+        / "benchmark_int8_kv_attention.py"
+    )
+    spec = importlib.util.spec_from_file_location("benchmark_int8_kv", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_select_leaves_out_spilling_candidates(monkeypatch):
+    """benchmark_int8_kv_attention.py --select ranks only candidates whose
+    kernels compiled without register spills: here the fastest candidate of
+    every row class spills (as reported by the compiled kernel) and the
+    second fastest is chosen.  Kernels and timings are stand-ins."""
+    bench = _load_benchmark()
+
+    class Compiled:
+        def __init__(self, n_spills):
+            self.n_spills = n_spills
+
+        def _init_handles(self):
+            pass
+
+    variants: dict = {}
+    kernel = type("Kernel", (), {})()
+    kernel.device_caches = {0: (variants, None, None, None, None)}
+    monkeypatch.setattr(bench.split_kv, "kernel_int8_split_kv_attention", kernel)
+    monkeypatch.setattr(bench.split_kv, "kernel_int8_split_kv_verify", None)
+    monkeypatch.setattr(bench.split_kv, "kernel_int8_split_kv_verify_wgmma", None)
+    monkeypatch.setattr(bench, "Case", lambda *args: object())
+
+    def run_case(args, case, rows, geo, only, errors):
+        candidates = next(c for c in bench.SELECT_CANDIDATES.values() if geo in c)
+        rank = candidates.index(geo)
+        # Each candidate compiles its own variant; the first one spills and
+        # is the fastest, the second is the fastest that does not spill.
+        variants[geo] = Compiled(n_spills=16 if rank == 0 else 0)
+        return [{"impl": "int8_split_kv", "us": {0: 1.0, 1: 2.0}.get(rank, 3.0)}]
+
+    monkeypatch.setattr(bench, "run_case", run_case)
+    args = type("Args", (), {"select_block_sizes": [16, 1600]})()
+    best = bench.select(args, [])
+    for max_rows, candidates in bench.SELECT_CANDIDATES.items():
+        assert best[max_rows] == candidates[1]
