@@ -323,6 +323,37 @@ def engine_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+def spec_settings(
+    spec: str, drafter: str | None, num_speculative_tokens: int = 5
+) -> dict[str, Any]:
+    """The run configuration's speculative-decoding entries (cfg keys) for a
+    ``--spec`` name: none, a DFlash drafter folder, or ngram prompt lookup
+    (spec_accept.py's lookup lengths)."""
+    if spec == "dflash":
+        return {
+            "spec": spec,
+            "drafter": drafter,
+            "num_spec_tokens": num_speculative_tokens,
+        }
+    if spec == "ngram":
+        import spec_accept
+
+        n_min, n_max = spec_accept.PROMPT_LOOKUP
+        return {
+            "spec": spec,
+            "drafter": None,
+            "speculative_config": {
+                "method": "ngram",
+                "num_speculative_tokens": num_speculative_tokens,
+                "prompt_lookup_min": n_min,
+                "prompt_lookup_max": n_max,
+            },
+        }
+    if spec != "none":
+        raise ValueError(f"spec {spec!r} not in ('none', 'dflash', 'ngram')")
+    return {"spec": None, "drafter": None}
+
+
 def worker_env() -> dict[str, str]:
     """Environment of an engine subprocess."""
     env = dict(os.environ)

@@ -3,12 +3,13 @@
 """Serving speed of one KV configuration on the 27B-geometry model.
 
 Measures, through vLLM's AsyncLLM with streamed outputs (token arrival
-times), for contexts of 8K/32K/64K/128K tokens, without and with DFlash:
+times), for contexts of 8K/32K/64K/128K tokens, without speculation, with
+DFlash and with ngram prompt lookup (``--spec``):
 
 - TTFT of a single request;
 - decode tokens/s and inter-token latency (ITL; with DFlash a step delivers
   several tokens, so ITL is step time divided by tokens delivered);
-- with DFlash, what each phase's drafts did, from vLLM's spec-decode
+- with speculation, what each phase's drafts did, from vLLM's spec-decode
   counters (its Prometheus metrics, read in this process): drafts (verify
   steps that carried drafts), tokens proposed and accepted, acceptance rate,
   tokens per step (1 + accepted / drafts) and step time (ITL x tokens per
@@ -69,6 +70,7 @@ from e2e_common import (
     spawn,
     spec_counter_delta,
     spec_counters,
+    spec_settings,
     spec_step_report,
 )
 
@@ -493,12 +495,12 @@ def run(args: argparse.Namespace) -> dict:
     if args.merge:
         report["runs"] = previous_runs(path, report)
     for i, spec in enumerate(args.spec):
-        name = f"{args.label}{'+dflash' if spec == 'dflash' else ''}"
+        name = args.label if spec == "none" else f"{args.label}+{spec}"
         cfg = dict(
             base,
             name=name,
-            drafter=drafter if spec == "dflash" else None,
             first_round=i * args.rounds,
+            **spec_settings(spec, drafter, args.num_spec_tokens),
         )
         report["runs"][spec] = spawn(os.path.abspath(__file__), cfg, timeout=3600)
         # After each engine, so a later one that fails or runs out of time
@@ -782,7 +784,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--decode-tokens", type=int, default=128)
     p.add_argument("--concurrent-a-tokens", type=int, default=512)
     p.add_argument(
-        "--spec", nargs="+", default=["none", "dflash"], choices=["none", "dflash"]
+        "--spec",
+        nargs="+",
+        default=["none", "dflash"],
+        choices=["none", "dflash", "ngram"],
+        help="speculative decoding of each engine run: none, the DFlash drafter, "
+        "or ngram prompt lookup (with random prompts it rarely finds a match, "
+        "so most steps carry no drafts)",
     )
     p.add_argument("--num-spec-tokens", type=int, default=5)
     p.add_argument("--batch", type=int, default=8, help="concurrent decodes (0: skip)")

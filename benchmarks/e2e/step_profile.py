@@ -38,6 +38,7 @@ from e2e_common import (
     save_json,
     script_parser,
     spawn,
+    spec_settings,
 )
 
 # Kernel-name fragments grouped into the rows of the summary table.
@@ -255,29 +256,6 @@ def worker(cfg: dict) -> dict:
     )
     result["provenance"] = provenance()
     return result
-
-
-def spec_settings(spec: str, drafter: str | None) -> dict:
-    """The run configuration's speculative-decoding entries for ``--spec``:
-    a DFlash drafter folder, or ngram prompt lookup (spec_accept.py's
-    settings), 5 drafts either way."""
-    if spec == "dflash":
-        return {"spec": spec, "drafter": drafter}
-    if spec == "ngram":
-        import spec_accept
-
-        n_min, n_max = spec_accept.PROMPT_LOOKUP
-        return {
-            "spec": spec,
-            "drafter": None,
-            "speculative_config": {
-                "method": "ngram",
-                "num_speculative_tokens": 5,
-                "prompt_lookup_min": n_min,
-                "prompt_lookup_max": n_max,
-            },
-        }
-    return {"spec": None, "drafter": None}
 
 
 def main(argv: list[str] | None = None) -> int:

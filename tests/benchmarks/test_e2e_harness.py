@@ -345,28 +345,35 @@ def test_quantization_parses_and_reaches_the_engine_kwargs():
 
 
 @pytest.mark.parametrize("spec", ["none", "dflash", "ngram"])
-def test_step_profile_spec_reaches_the_engine_kwargs(spec):
-    """step_profile's --spec picks the drafter folder (DFlash) or ngram
-    prompt lookup (spec_accept's settings), and the engine gets the
-    matching speculative config; none gives it none."""
+def test_spec_reaches_the_engine_kwargs(spec):
+    """step_profile's and serve_bench's --spec (one shared function) pick the
+    drafter folder (DFlash) or ngram prompt lookup (spec_accept's settings),
+    and the engine gets the matching speculative config with the requested
+    number of drafts; none gives it none."""
+    import serve_bench
     import spec_accept
     import step_profile
 
-    settings = step_profile.spec_settings(spec, "drafter-folder")
-    kwargs = e2e_common.engine_kwargs({"model": "m", "kv": "bf16-fa", **settings})
-    config = kwargs.get("speculative_config")
-    if spec == "none":
-        assert config is None and settings["spec"] is None
-    elif spec == "dflash":
-        assert config["method"] == "dflash"
-        assert config["model"] == "drafter-folder"
-    else:
-        assert config["method"] == "ngram"
-        assert (config["prompt_lookup_min"], config["prompt_lookup_max"]) == (
-            spec_accept.PROMPT_LOOKUP
-        )
-    if spec != "none":
-        assert config["num_speculative_tokens"] == 5 and settings["spec"] == spec
+    assert step_profile.spec_settings is e2e_common.spec_settings
+    assert serve_bench.parser().parse_args(["--spec", spec]).spec == [spec]
+    for drafts in (5, 3):
+        settings = e2e_common.spec_settings(spec, "drafter-folder", drafts)
+        kwargs = e2e_common.engine_kwargs({"model": "m", "kv": "bf16-fa", **settings})
+        config = kwargs.get("speculative_config")
+        if spec == "none":
+            assert config is None and settings["spec"] is None
+            continue
+        assert config["num_speculative_tokens"] == drafts and settings["spec"] == spec
+        if spec == "dflash":
+            assert config["method"] == "dflash"
+            assert config["model"] == "drafter-folder"
+        else:
+            assert config["method"] == "ngram"
+            assert (config["prompt_lookup_min"], config["prompt_lookup_max"]) == (
+                spec_accept.PROMPT_LOOKUP
+            )
+    with pytest.raises(ValueError, match="spec"):
+        e2e_common.spec_settings("eagle", None)
 
 
 def test_ensure_models_writes_config_only_for_the_dummy_loader(tmp_path):
