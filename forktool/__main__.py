@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from . import gitops, prefix
@@ -245,16 +246,18 @@ def cmd_test(args) -> int:
     shutil.copy2(tree / "pyproject.toml", testroot / "pyproject.toml")
     results = []
     for stage, suite in suites:
+        start = time.monotonic()
         rc = _run_suite(args, suite, testroot, env)
-        results.append((stage, rc))
+        outcome = _outcome(rc, args, time.monotonic() - start)
+        results.append((stage, rc, outcome))
         if len(suites) > 1:
-            print(f"forktool test: stage {stage}: {_outcome(rc, args)}", flush=True)
+            print(f"forktool test: stage {stage}: {outcome}", flush=True)
     if len(suites) > 1:
         print(
             "forktool test: stages: "
-            + ", ".join(f"{stage} {_outcome(rc, args)}" for stage, rc in results)
+            + ", ".join(f"{stage} {outcome}" for stage, _, outcome in results)
         )
-    return next((rc for _, rc in results if rc != 0), 0)
+    return next((rc for _, rc, _ in results if rc != 0), 0)
 
 
 def _test_commits(args, tree: Path, pin, env: dict) -> int:
@@ -281,12 +284,15 @@ def _test_commits(args, tree: Path, pin, env: dict) -> int:
     return next((rc for _, _, rc in results if rc != 0), 0)
 
 
-def _outcome(rc: int, args) -> str:
+def _outcome(rc: int, args, seconds: float | None = None) -> str:
+    """A stage's result, with its wall time where one was measured (the
+    GPU suite's stages are meant to fit a time limit each)."""
+    took = "" if seconds is None else f" in {seconds:.0f} s"
     if rc == 0:
-        return "passed"
+        return f"passed{took}"
     if rc == 124:
         return f"cut at {args.time_limit:.0f} s"
-    return f"failed (exit {rc})"
+    return f"failed (exit {rc}){took}"
 
 
 def _run_suite(args, suite: list[str], testroot: Path, env: dict) -> int:
