@@ -45,8 +45,9 @@ LOAD_FORMATS = ("auto", "dummy")
 QUANTIZATIONS = ("fp8",)
 
 # The Triton backend's attention launchers, by the path name the reports use.
-# count_attention_paths() wraps them in the engine's process (eager steps
-# only: CUDA-graph replays run no Python).
+# count_attention_paths() wraps them in the backend modules that call them,
+# in the engine's process (eager steps only: CUDA-graph replays run no
+# Python).
 ATTENTION_PATHS = {
     "int8_split_kv_attention": "split_kv",
     "sectioned_prefill_attention": "sectioned_prefill",
@@ -419,24 +420,33 @@ def count_attention_paths() -> None:
     global _PATH_COUNTS
     if _PATH_COUNTS is not None:
         return
-    try:
-        from vllm.v1.attention.backends import triton_attn
-    except ImportError:
-        return
-    counts: dict[str, int] = {}
-    for name, path in ATTENTION_PATHS.items():
-        fn = getattr(triton_attn, name, None)
-        if fn is None:
+    import importlib
+
+    # The unified kernel is launched from triton_attn, the INT8 paths from
+    # the backend's INT8 module (where this vLLM has one).
+    modules = []
+    for name in ("triton_attn", "triton_int8_per_token_head"):
+        try:
+            modules.append(
+                importlib.import_module(f"vllm.v1.attention.backends.{name}")
+            )
+        except ImportError:
             continue
+    counts: dict[str, int] = {}
+    for module in modules:
+        for name, path in ATTENTION_PATHS.items():
+            fn = getattr(module, name, None)
+            if fn is None:
+                continue
 
-        def counted(*args, _fn=fn, _path=path, **kwargs):
-            counts[_path] = counts.get(_path, 0) + 1
-            if _path == "split_kv":
-                key = f"split_kv_q{kwargs.get('max_query_len')}"
-                counts[key] = counts.get(key, 0) + 1
-            return _fn(*args, **kwargs)
+            def counted(*args, _fn=fn, _path=path, **kwargs):
+                counts[_path] = counts.get(_path, 0) + 1
+                if _path == "split_kv":
+                    key = f"split_kv_q{kwargs.get('max_query_len')}"
+                    counts[key] = counts.get(key, 0) + 1
+                return _fn(*args, **kwargs)
 
-        setattr(triton_attn, name, counted)
+            setattr(module, name, counted)
     _PATH_COUNTS = counts
 
 

@@ -805,3 +805,37 @@ def test_host_time_times_each_path_without_a_gpu(tmp_path):
     for kv in ("int8", "bf16"):
         for step in ("decode", "verify-6", "mixed"):
             assert results[kv][step]["step_us"] > 0
+
+
+def test_path_counters_wrap_the_launchers_where_the_backend_calls_them(monkeypatch):
+    """The engine-level path counts (split-KV with its query lengths, the
+    sectioned prefill, the unified kernel) wrap each launcher in the backend
+    module whose code calls it, so no launch goes uncounted (kernels
+    replaced by stand-ins)."""
+    from vllm.v1.attention.backends import triton_attn
+    from vllm.v1.attention.backends import triton_int8_per_token_head as int8
+
+    launchers = (
+        (int8, "int8_split_kv_attention", int8.forward_int8_per_token_head),
+        (int8, "sectioned_prefill_attention", int8.forward_int8_per_token_head),
+        (
+            triton_attn,
+            "unified_attention",
+            triton_attn.TritonAttentionImpl._forward_unified,
+        ),
+    )
+    for module, name, caller in launchers:
+        assert name in caller.__code__.co_names, (module.__name__, name)
+        monkeypatch.setattr(module, name, lambda *args, **kwargs: None)
+    monkeypatch.setattr(e2e_common, "_PATH_COUNTS", None)
+    e2e_common.count_attention_paths()
+    int8.int8_split_kv_attention(max_query_len=6)
+    int8.sectioned_prefill_attention()
+    triton_attn.unified_attention()
+    triton_attn.unified_attention()
+    assert e2e_common.read_path_counter() == {
+        "split_kv": 1,
+        "split_kv_q6": 1,
+        "sectioned_prefill": 1,
+        "unified": 2,
+    }

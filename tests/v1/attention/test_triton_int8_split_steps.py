@@ -27,13 +27,15 @@ from tests.kernels.attention.test_int8_sectioned_prefill import (
 )
 from vllm.config import CUDAGraphMode
 from vllm.v1.attention.backend import AttentionCGSupport, CommonAttentionMetadata
-from vllm.v1.attention.backends import triton_attn
+from vllm.v1.attention.backends import triton_attn, triton_int8_per_token_head
 from vllm.v1.attention.backends.triton_attn import (
+    TritonAttentionImpl,
+    TritonAttentionMetadataBuilder,
+)
+from vllm.v1.attention.backends.triton_int8_per_token_head import (
     Int8DecodeKernel,
     Int8PerTokenHeadKernels,
     Int8PrefillKernel,
-    TritonAttentionImpl,
-    TritonAttentionMetadataBuilder,
 )
 from vllm.v1.attention.ops.triton_int8_sectioned_prefill import (
     sectioned_prefill_workspace_shapes,
@@ -110,18 +112,22 @@ def test_builder_threshold_and_cudagraph_support():
 def kernel_calls(monkeypatch):
     """Counts the backend's launches of each attention path (calls through)."""
     calls: Counter[str] = Counter()
-    for name, path in (
-        ("int8_split_kv_attention", "split_kv"),
-        ("unified_attention", "unified"),
-        ("sectioned_prefill_attention", "sectioned_prefill"),
+    for module, name, path in (
+        (triton_int8_per_token_head, "int8_split_kv_attention", "split_kv"),
+        (triton_attn, "unified_attention", "unified"),
+        (
+            triton_int8_per_token_head,
+            "sectioned_prefill_attention",
+            "sectioned_prefill",
+        ),
     ):
-        fn = getattr(triton_attn, name)
+        fn = getattr(module, name)
 
         def counted(*args, _fn=fn, _path=path, **kwargs):
             calls[_path] += 1
             return _fn(*args, **kwargs)
 
-        monkeypatch.setattr(triton_attn, name, counted)
+        monkeypatch.setattr(module, name, counted)
     return calls
 
 
@@ -162,7 +168,7 @@ def test_kernel_selection():
         kv_sharing=False,
         vllm_config=None,
     )
-    select = triton_attn.select_int8_per_token_head_kernels
+    select = triton_int8_per_token_head.select_int8_per_token_head_kernels
     assert select(128, **plain).decode == Int8DecodeKernel.SPLIT_KV
     # Head sizes the split-KV kernel does not take.
     assert select(96, **plain).decode == Int8DecodeKernel.UNIFIED

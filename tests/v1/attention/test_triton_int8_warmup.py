@@ -25,7 +25,7 @@ from tests.v1.attention.test_triton_int8_split_steps import (  # noqa: F401
     make_int8_impl,
     workspace_manager,
 )
-from vllm.v1.attention.backends import triton_attn
+from vllm.v1.attention.backends import triton_int8_per_token_head
 from vllm.v1.attention.ops.triton_int8_split_kv_attention import (
     select_int8_split_kv_geometry,
 )
@@ -48,7 +48,7 @@ def test_warmup_runs_every_decode_length_and_a_mixed_step(
 
     read_caches = set()
     launched = set()
-    launch = triton_attn.int8_split_kv_attention
+    launch = triton_int8_per_token_head.int8_split_kv_attention
 
     def recording(*args, **kwargs):
         read_caches.add(kwargs["k_cache"].untyped_storage().data_ptr())
@@ -56,7 +56,9 @@ def test_warmup_runs_every_decode_length_and_a_mixed_step(
         launched.add(replace(kwargs["geometry"], num_segments=1))
         return launch(*args, **kwargs)
 
-    monkeypatch.setattr(triton_attn, "int8_split_kv_attention", recording)
+    monkeypatch.setattr(
+        triton_int8_per_token_head, "int8_split_kv_attention", recording
+    )
 
     # Small enough for the CPU interpreter; still several blocks.
     monkeypatch.setattr(triton_attn_warmup, "_WARMUP_CONTEXT_TOKENS", 3 * BLOCK_SIZE)
