@@ -75,6 +75,8 @@ from e2e_common import (
 )
 
 CONTEXTS = [8192, 32768, 65536, 131072]
+# Width of the label column of --compare's tables ("int8-triton+dflash").
+LABEL_WIDTH = 22
 
 
 async def _stream(
@@ -664,13 +666,13 @@ def compare(paths: list[str], out_dir: str, baseline: str | None = None) -> dict
             "(did the runs fail? see their logs)"
         )
     print(
-        f"{'label':<22}{'spec':<8}{'ctx':>8}{'TTFT s':>9}{'tok/s':>9}"
+        f"{'label':<{LABEL_WIDTH}}{'spec':<8}{'ctx':>8}{'TTFT s':>9}{'tok/s':>9}"
         f"{'ITL p50':>9}{'ITL p99':>9}{'drafts':>8}{'accept':>8}"
         f"{'tok/step':>9}{'step p50':>9}"
     )
     for r in sorted(rows, key=lambda r: (r["spec"], r["ctx"], r["label"])):
         print(
-            f"{r['label']:<22}{r['spec']:<8}{r['ctx']:>8}{r['ttft_s']:>9.3f}"
+            f"{r['label']:<{LABEL_WIDTH}}{r['spec']:<8}{r['ctx']:>8}{r['ttft_s']:>9.3f}"
             f"{r['decode_tok_s'] or 0:>9.1f}{r['itl_p50_ms'] or 0:>9.2f}"
             f"{r.get('itl_p99_ms') or 0:>9.2f}{_fmt(r.get('drafts'), 'd'):>8}"
             f"{_fmt(r.get('acceptance_rate'), '.3f'):>8}"
@@ -678,14 +680,14 @@ def compare(paths: list[str], out_dir: str, baseline: str | None = None) -> dict
             f"{_fmt(r.get('step_p50_ms'), '.2f'):>9}"
         )
     print(
-        f"\n{'label':<22}{'spec':<8}{'B TTFT s':>9}{'A ITL mean/max ms':>19}"
+        f"\n{'label':<{LABEL_WIDTH}}{'spec':<8}{'B TTFT s':>9}{'A ITL mean/max ms':>19}"
         f"{'batch tok/s':>12}{'batch ITL p50/p99':>19}{'tok/step':>9}"
         f"{'step p50':>9}"
     )
     for e in extra:
         c, b = e["concurrent"] or {}, e["batch"] or {}
         print(
-            f"{e['label']:<22}{e['spec']:<8}{c.get('b_ttft_s', 0):>9.3f}"
+            f"{e['label']:<{LABEL_WIDTH}}{e['spec']:<8}{c.get('b_ttft_s', 0):>9.3f}"
             f"{c.get('a_itl_during_b_prefill_mean_ms', 0):>10.1f}/"
             f"{c.get('a_itl_during_b_prefill_max_ms', 0):<8.1f}"
             f"{b.get('decode_tok_s') or 0:>12.1f}"
@@ -704,11 +706,13 @@ def compare(paths: list[str], out_dir: str, baseline: str | None = None) -> dict
                 for k, v in q.items()
                 if k.endswith("_ratio")
             )
-            print(f"{q['label']:<22}{q['spec']:<8}{q['ctx']!s:>17}  {cells}")
+            print(f"{q['label']:<{LABEL_WIDTH}}{q['spec']:<8}{q['ctx']!s:>17}  {cells}")
         summary["round_ratios"] = round_ratios(reports, baseline)
         for q in summary["round_ratios"]:
             cells = " ".join(_fmt(v, ".3f") for v in q["step_p50_ratios"])
-            print(f"{q['label']:<22}{q['spec']:<8}{q['ctx']!s:>17}  per round: {cells}")
+            print(
+                f"{q['label']:<{LABEL_WIDTH}}{q['spec']:<8}{q['ctx']!s:>17}  per round: {cells}"
+            )
     save_json(os.path.join(out_dir, "serve_compare.json"), summary)
     try:
         import matplotlib

@@ -1013,6 +1013,15 @@ def test_sliding_window_variant_does_not_spill(arch, entry, table_offline_stats)
     assert not stats["wgmma_serialized"]
 
 
+def _sm90_wgmma_entries() -> list[int]:
+    """The sm_90 table's distinct warpgroup-MMA entries."""
+    entries = [
+        e for a, e in SPILL_ENTRIES if a == 90 and geometry_table(9)[e].geometry.wgmma
+    ]
+    assert entries, "the sm_90 table has no warpgroup-MMA entry"
+    return entries
+
+
 @pytest.mark.skipif(
     not _offline_toolchain(), reason="needs Triton's bundled ptxas and cuobjdump"
 )
@@ -1022,11 +1031,7 @@ def test_wgmma_kernel_keeps_its_mma_asynchronous(block_size, table_offline_stats
     wgmma: ptxas does not serialise them (it does, silently except in its
     verbose log, when a wgmma's accumulator is read or written before its
     wait, e.g. a result kept in flight across the loop's back edge)."""
-    entries = [
-        e for a, e in SPILL_ENTRIES if a == 90 and geometry_table(9)[e].geometry.wgmma
-    ]
-    assert entries, "the sm_90 table has no warpgroup-MMA entry"
-    for entry in entries:
+    for entry in _sm90_wgmma_entries():
         stats = table_offline_stats[f"{entry}-{block_size}-90"]
         assert not stats["wgmma_serialized"], (
             f"ptxas serialises the wgmma of {geometry_table(9)[entry].geometry} "
@@ -1044,11 +1049,7 @@ def test_wgmma_alternate_tiles_skip_unmoved_rescales(block_size, table_offline_s
     V-scale reference moved: a warp vote (VOTE.ANY) and a branch around the
     multiplies, which most tiles take (test_int8_split_kv_growing_scales
     checks the tiles that move on a GPU)."""
-    entries = [
-        e for a, e in SPILL_ENTRIES if a == 90 and geometry_table(9)[e].geometry.wgmma
-    ]
-    assert entries, "the sm_90 table has no warpgroup-MMA entry"
-    for entry in entries:
+    for entry in _sm90_wgmma_entries():
         stats = table_offline_stats[f"{entry}-{block_size}-90"]
         assert stats["tile_split_warp_votes"] >= 1, (
             f"{geometry_table(9)[entry].geometry} ({block_size}-token blocks) "

@@ -99,8 +99,9 @@ def _rescale_asm(pack: int) -> tuple[str, str]:
 # Each thread holds 32, 64 or 128 accumulator elements (head sizes 64, 128,
 # 256); a block takes 32 of them.
 _RESCALE_PACK = gl.constexpr(32)
-_RESCALE_ASM = gl.constexpr(_rescale_asm(32)[0])
-_RESCALE_CONSTRAINTS = gl.constexpr(_rescale_asm(32)[1])
+_RESCALE_ASM, _RESCALE_CONSTRAINTS = map(
+    gl.constexpr, _rescale_asm(_RESCALE_PACK.value)
+)
 
 
 @gluon.jit
