@@ -711,7 +711,8 @@ def compare(paths: list[str], out_dir: str, baseline: str | None = None) -> dict
         for q in summary["round_ratios"]:
             cells = " ".join(_fmt(v, ".3f") for v in q["step_p50_ratios"])
             print(
-                f"{q['label']:<{LABEL_WIDTH}}{q['spec']:<8}{q['ctx']!s:>17}  per round: {cells}"
+                f"{q['label']:<{LABEL_WIDTH}}{q['spec']:<8}{q['ctx']!s:>17}"
+                f"  per round: {cells}"
             )
     save_json(os.path.join(out_dir, "serve_compare.json"), summary)
     try:
