@@ -152,7 +152,7 @@ def test_triton_scale_views_follow_the_padded_sub_pages():
         (50, 0, 0),
         (99, 9, 5),
     ]:
-        k_scale, v_scale = (0.5 + torch.rand(2, generator=gen)).tolist()
+        k_scale, v_scale = (0.5 + torch.rand(2, generator=gen, device="cpu")).tolist()
         impl._k_scale_cache[block, slot, head] = k_scale
         impl._v_scale_cache[block, slot, head] = v_scale
         page, sub = divmod(block, per_page)
