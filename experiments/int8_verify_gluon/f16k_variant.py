@@ -106,7 +106,7 @@ rep('''            s_nxt = warpgroup_mma_wait(0, deps=[s_nxt])
 # --- kernel: shared memory and arguments -------------------------------------
 cap = int(os.environ.get("STAGES_CAP", "0"))
 if cap:
-    # The launcher passes STAGES by keyword: keep the name, use fewer.
+    # Fewer int8 stages than the launcher's STAGES (renamed STAGES_IN).
     rep("    STAGES: gl.constexpr,  # int8 stages (K, V, scales)\n",
         "    STAGES_IN: gl.constexpr,  # int8 stages (K, V, scales)\n")
     rep('''    # Each consumer warpgroup holds 64 rows.
@@ -143,5 +143,23 @@ rep('''                    q_hi0,
 rep('''                    q_hi1,
                     q_lo1,''', '''                    q16_1,
                     kh_smem,''')
+if cap:
+    # The launcher passes STAGES= by keyword: hand it on as STAGES_IN.
+    s += """
+
+class _StagesIn:
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            kwargs["STAGES_IN"] = kwargs.pop("STAGES")
+            return self.kernel[grid](*args, **kwargs)
+
+        return launch
+
+
+kernel_int8_split_kv_verify_wgmma = _StagesIn(kernel_int8_split_kv_verify_wgmma)
+"""
 open(out, "w").write(s)
 print("wrote", out)
