@@ -437,6 +437,44 @@ def test_decode_geometry_planned_once_per_step(
     assert torch.isfinite(output).all()
 
 
+def test_layer_checks_split_kv_arguments_on_its_first_call_only(
+    workspace_manager, kernel_calls, monkeypatch
+):
+    """A layer's first split-KV launch checks its caches, query layout and
+    scratch; later steps launch without the checks (nothing they check
+    changes between steps, and the builder plans the geometry), with the
+    same output."""
+    from vllm.v1.attention.ops import triton_int8_split_kv_attention as split_kv
+
+    checks: Counter[str] = Counter()
+    for name in ("_validate_inputs", "_validate_geometry"):
+        fn = getattr(split_kv, name)
+
+        def counted(*args, _fn=fn, _name=name, **kwargs):
+            checks[_name] += 1
+            return _fn(*args, **kwargs)
+
+        monkeypatch.setattr(split_kv, name, counted)
+    torch.manual_seed(0)
+    reqs = STEPS["decode_only"]
+    builder, _, _ = make_builder(KVQuantMode.INT8_PER_TOKEN_HEAD)
+    impl = make_int8_impl()
+    kv_cache, _, _, _, query, key, value, cam = make_step(impl, reqs)
+    outputs = []
+    for _ in range(3):
+        meta = builder.build(0, cam)
+        outputs.append(torch.full_like(query, float("nan")))
+        impl.forward(None, query, key, value, kv_cache, meta, outputs[-1])
+    assert kernel_calls == {"split_kv": 3}
+    assert checks == {"_validate_inputs": 1, "_validate_geometry": 1}
+    torch.testing.assert_close(outputs[1], outputs[0], atol=0, rtol=0)
+    torch.testing.assert_close(outputs[2], outputs[0], atol=0, rtol=0)
+    # Another layer checks its own arguments on its first call.
+    other = make_int8_impl()
+    other.forward(None, query, key, value, kv_cache, meta, outputs[0])
+    assert checks == {"_validate_inputs": 2, "_validate_geometry": 2}
+
+
 def test_sliding_window_group_plans_for_its_window():
     """A sliding-window group's decode rows see at most window + q - 1 keys
     of a 128K context: the planned geometry splits those into segments (a

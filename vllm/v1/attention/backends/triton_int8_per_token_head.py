@@ -395,5 +395,9 @@ def forward_int8_per_token_head(
         causal=decode.causal,
         # (W - 1, 0) for a window of W positions, (-1, -1) for none.
         sliding_window=impl.sliding_window[0] + 1,
+        # The layer's caches, query layout and scratch are checked on its
+        # first call; the geometry is planned per step by the builder.
+        validate=not impl._int8_split_kv_checked,
     )
+    impl._int8_split_kv_checked = True
     return output

@@ -179,8 +179,8 @@ _SM90_GEOMETRIES: tuple[GeometryEntry, ...] = (
     GeometryEntry(16 * MAX_QUERY_LEN, _SM90_WGMMA),
 )
 # Ampere and Ada (sm_80/86/89): no timings yet.  Geometries that compile
-# without register spills for sm_86 (the decode entry spills 8 bytes per
-# thread on sm_80) and fit its 99 KB of shared memory per block.
+# without register spills for sm_80 and sm_86 and fit sm_86's 99 KB of
+# shared memory per block.
 _SM8X_GEOMETRIES: tuple[GeometryEntry, ...] = (
     GeometryEntry(16, Int8SplitKVGeometry(32, 128, 2, 2, 16)),
     # The split P.V form of sm_90's 32-row entry (the same mma.sync code)
@@ -1317,6 +1317,7 @@ def int8_split_kv_attention(
     geometry: Int8SplitKVGeometry | None = None,
     causal: bool = True,
     sliding_window: int = 0,
+    validate: bool = True,
 ) -> None:
     """Attention of 1..16 query tokens per request on the INT8 cache.
 
@@ -1358,8 +1359,76 @@ def int8_split_kv_attention(
             DFlash's).
         sliding_window: Positions each query token sees, counting its own
             (``vLLM``'s ``sliding_window``); 0 for no window.
+        validate: Check the arguments before launching (raising
+            ``ValueError``).  Callers that checked a layer's caches and
+            query layout on its first call and plan ``geometry`` with
+            :func:`select_int8_split_kv_geometry` may pass False to keep the
+            checks off their per-step path.
     """
     num_tokens, num_query_heads, head_size = q.shape
+    if validate:
+        _validate_inputs(
+            q,
+            k_cache,
+            v_cache,
+            k_scale_cache,
+            v_scale_cache,
+            out,
+            max_query_len,
+            segm_output,
+            sliding_window,
+        )
+    _, block_size, num_kv_heads, _ = k_cache.shape
+    num_seqs = seqused_k.shape[0]
+    num_queries_per_kv = num_query_heads // num_kv_heads
+    if geometry is None:
+        geometry = select_int8_split_kv_geometry(
+            max_query_len,
+            max_seq_len,
+            num_seqs,
+            num_tokens,
+            segm_output.shape[0],
+            num_queries_per_kv=num_queries_per_kv,
+            num_kv_heads=num_kv_heads,
+            sliding_window=sliding_window,
+        )
+    if validate:
+        _validate_geometry(geometry, num_tokens, segm_output, block_size, head_size)
+    _launch(
+        q,
+        k_cache,
+        v_cache,
+        k_scale_cache,
+        v_scale_cache,
+        out,
+        cu_seqlens_q,
+        seqused_k,
+        block_table,
+        max_query_len,
+        softmax_scale,
+        segm_output,
+        segm_max,
+        segm_expsum,
+        geometry,
+        causal,
+        sliding_window,
+    )
+
+
+def _validate_inputs(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k_scale_cache: torch.Tensor,
+    v_scale_cache: torch.Tensor,
+    out: torch.Tensor,
+    max_query_len: int,
+    segm_output: torch.Tensor,
+    sliding_window: int,
+) -> None:
+    """The argument checks of :func:`int8_split_kv_attention` that do not
+    depend on the geometry."""
+    _, num_query_heads, head_size = q.shape
     if head_size not in SUPPORTED_HEAD_SIZES:
         raise ValueError(
             f"head_size {head_size} is not supported; expected one of "
@@ -1404,19 +1473,15 @@ def int8_split_kv_attention(
             f"got {tuple(segm_output.shape)}"
         )
 
-    num_seqs = seqused_k.shape[0]
-    num_queries_per_kv = num_query_heads // num_kv_heads
-    if geometry is None:
-        geometry = select_int8_split_kv_geometry(
-            max_query_len,
-            max_seq_len,
-            num_seqs,
-            num_tokens,
-            segm_output.shape[0],
-            num_queries_per_kv=num_queries_per_kv,
-            num_kv_heads=num_kv_heads,
-            sliding_window=sliding_window,
-        )
+
+def _validate_geometry(
+    geometry: Int8SplitKVGeometry,
+    num_tokens: int,
+    segm_output: torch.Tensor,
+    block_size: int,
+    head_size: int,
+) -> None:
+    """The checks of a launch geometry against the step and the cache."""
     num_segments = geometry.num_segments
     if num_segments & (num_segments - 1) or (
         num_segments > 1 and num_tokens * num_segments > segm_output.shape[0]
@@ -1446,7 +1511,37 @@ def int8_split_kv_attention(
             f"multiple of 16 tokens, got block_m {geometry.block_m}, "
             f"{geometry.num_warps} warps, tile {tile_size}"
         )
+
+
+def _launch(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k_scale_cache: torch.Tensor,
+    v_scale_cache: torch.Tensor,
+    out: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    seqused_k: torch.Tensor,
+    block_table: torch.Tensor,
+    max_query_len: int,
+    softmax_scale: float,
+    segm_output: torch.Tensor,
+    segm_max: torch.Tensor,
+    segm_expsum: torch.Tensor,
+    geometry: Int8SplitKVGeometry,
+    causal: bool,
+    sliding_window: int,
+) -> None:
+    """Launch the split-KV kernel of ``geometry`` and the reduce."""
+    num_tokens, num_query_heads, head_size = q.shape
+    _, block_size, num_kv_heads, _ = k_cache.shape
+    num_seqs = seqused_k.shape[0]
+    num_queries_per_kv = num_query_heads // num_kv_heads
     rows = num_queries_per_kv * max_query_len
+    num_segments = geometry.num_segments
+    tile_size = geometry.tile_size
+    run = _run_tokens(block_size, tile_size)
+    pv_chunk = _pv_chunk(geometry, head_size)
     # Arguments every kernel takes (the Gluon one included).
     common = dict(
         num_query_heads=num_query_heads,
