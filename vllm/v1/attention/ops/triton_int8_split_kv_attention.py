@@ -1392,156 +1392,15 @@ def int8_split_kv_attention(
             num_kv_heads=num_kv_heads,
             sliding_window=sliding_window,
         )
+    num_segments = geometry.num_segments
+    tile_size = geometry.tile_size
+    run = _run_tokens(block_size, tile_size)
+    pv_chunk = _pv_chunk(geometry, head_size)
     if validate:
-        _validate_geometry(geometry, num_tokens, segm_output, block_size, head_size)
-    _launch(
-        q,
-        k_cache,
-        v_cache,
-        k_scale_cache,
-        v_scale_cache,
-        out,
-        cu_seqlens_q,
-        seqused_k,
-        block_table,
-        max_query_len,
-        softmax_scale,
-        segm_output,
-        segm_max,
-        segm_expsum,
-        geometry,
-        causal,
-        sliding_window,
-    )
-
-
-def _validate_inputs(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    k_scale_cache: torch.Tensor,
-    v_scale_cache: torch.Tensor,
-    out: torch.Tensor,
-    max_query_len: int,
-    segm_output: torch.Tensor,
-    sliding_window: int,
-) -> None:
-    """The argument checks of :func:`int8_split_kv_attention` that do not
-    depend on the geometry."""
-    _, num_query_heads, head_size = q.shape
-    if head_size not in SUPPORTED_HEAD_SIZES:
-        raise ValueError(
-            f"head_size {head_size} is not supported; expected one of "
-            f"{SUPPORTED_HEAD_SIZES}"
+        _validate_geometry(
+            geometry, num_tokens, segm_output, block_size, head_size, run, pv_chunk
         )
-    if q.dtype not in SUPPORTED_QUERY_DTYPES or out.dtype != q.dtype:
-        raise ValueError(
-            f"q and out must both be float16 or bfloat16, got {q.dtype} and {out.dtype}"
-        )
-    if q.stride(2) != 1 or out.stride(2) != 1:
-        raise ValueError("q and out must be contiguous in the head dimension")
-    if sliding_window < 0:
-        raise ValueError(f"sliding_window must be >= 0, got {sliding_window}")
-    if not 1 <= max_query_len <= MAX_QUERY_LEN:
-        raise ValueError(
-            f"max_query_len {max_query_len} is outside 1..{MAX_QUERY_LEN}; "
-            "use unified_attention for longer queries"
-        )
-    _check_planar_cache(k_cache, k_scale_cache, head_size, "k_cache", False)
-    _check_planar_cache(v_cache, v_scale_cache, head_size, "v_cache", True)
-    if (
-        k_cache.shape != v_cache.shape
-        or k_cache.stride(0) != v_cache.stride(0)
-        or k_cache.stride(2) != v_cache.stride(2)
-        or k_scale_cache.stride() != v_scale_cache.stride()
-    ):
-        raise ValueError(
-            "k_cache and v_cache (and their scales) must have equal shapes and "
-            f"strides, got {tuple(k_cache.shape)} / {tuple(v_cache.shape)}, "
-            f"{k_cache.stride()} / {v_cache.stride()}, "
-            f"{k_scale_cache.stride()} / {v_scale_cache.stride()}"
-        )
-    _, block_size, num_kv_heads, _ = k_cache.shape
-    if num_query_heads % num_kv_heads:
-        raise ValueError(
-            f"{num_query_heads} query heads are not a multiple of "
-            f"{num_kv_heads} KV heads"
-        )
-    if segm_output.shape[1:] != (num_query_heads, head_size):
-        raise ValueError(
-            f"segm_output must be [max_partials, {num_query_heads}, {head_size}], "
-            f"got {tuple(segm_output.shape)}"
-        )
-
-
-def _validate_geometry(
-    geometry: Int8SplitKVGeometry,
-    num_tokens: int,
-    segm_output: torch.Tensor,
-    block_size: int,
-    head_size: int,
-) -> None:
-    """The checks of a launch geometry against the step and the cache."""
-    num_segments = geometry.num_segments
-    if num_segments & (num_segments - 1) or (
-        num_segments > 1 and num_tokens * num_segments > segm_output.shape[0]
-    ):
-        raise ValueError(
-            f"{num_segments} segments x {num_tokens} tokens do not fit the "
-            f"{segm_output.shape[0]} partial slots (or are not a power of two)"
-        )
-    tile_size = geometry.tile_size
-    run = _run_tokens(block_size, tile_size)
-    if run < 16 and block_size % tile_size:
-        raise ValueError(
-            f"block_size {block_size} must be a multiple of 16 or of the KV tile "
-            f"({tile_size} tokens)"
-        )
-    pv_chunk = _pv_chunk(geometry, head_size)
-    if pv_chunk < 16 or head_size % pv_chunk or pv_chunk & (pv_chunk - 1):
-        raise ValueError(
-            f"pv_chunk {geometry.pv_chunk} must be a power of two of at least 16 "
-            f"output channels that divides head_size {head_size}"
-        )
-    if geometry.wgmma and (
-        geometry.block_m != 16 * geometry.num_warps or tile_size % 16
-    ):
-        raise ValueError(
-            f"a wgmma geometry needs block_m = 16 * num_warps and a tile of a "
-            f"multiple of 16 tokens, got block_m {geometry.block_m}, "
-            f"{geometry.num_warps} warps, tile {tile_size}"
-        )
-
-
-def _launch(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    k_scale_cache: torch.Tensor,
-    v_scale_cache: torch.Tensor,
-    out: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    seqused_k: torch.Tensor,
-    block_table: torch.Tensor,
-    max_query_len: int,
-    softmax_scale: float,
-    segm_output: torch.Tensor,
-    segm_max: torch.Tensor,
-    segm_expsum: torch.Tensor,
-    geometry: Int8SplitKVGeometry,
-    causal: bool,
-    sliding_window: int,
-) -> None:
-    """Launch the split-KV kernel of ``geometry`` and the reduce."""
-    num_tokens, num_query_heads, head_size = q.shape
-    _, block_size, num_kv_heads, _ = k_cache.shape
-    num_seqs = seqused_k.shape[0]
-    num_queries_per_kv = num_query_heads // num_kv_heads
     rows = num_queries_per_kv * max_query_len
-    num_segments = geometry.num_segments
-    tile_size = geometry.tile_size
-    run = _run_tokens(block_size, tile_size)
-    pv_chunk = _pv_chunk(geometry, head_size)
     # Arguments every kernel takes (the Gluon one included).
     common = dict(
         num_query_heads=num_query_heads,
@@ -1655,4 +1514,103 @@ def _launch(
             HEAD_SIZE=head_size,
             HEAD_BLOCK=head_block,
             SEGMENT_CHUNK=32,
+        )
+
+
+def _validate_inputs(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k_scale_cache: torch.Tensor,
+    v_scale_cache: torch.Tensor,
+    out: torch.Tensor,
+    max_query_len: int,
+    segm_output: torch.Tensor,
+    sliding_window: int,
+) -> None:
+    """The argument checks of :func:`int8_split_kv_attention` that do not
+    depend on the geometry."""
+    _, num_query_heads, head_size = q.shape
+    if head_size not in SUPPORTED_HEAD_SIZES:
+        raise ValueError(
+            f"head_size {head_size} is not supported; expected one of "
+            f"{SUPPORTED_HEAD_SIZES}"
+        )
+    if q.dtype not in SUPPORTED_QUERY_DTYPES or out.dtype != q.dtype:
+        raise ValueError(
+            f"q and out must both be float16 or bfloat16, got {q.dtype} and {out.dtype}"
+        )
+    if q.stride(2) != 1 or out.stride(2) != 1:
+        raise ValueError("q and out must be contiguous in the head dimension")
+    if sliding_window < 0:
+        raise ValueError(f"sliding_window must be >= 0, got {sliding_window}")
+    if not 1 <= max_query_len <= MAX_QUERY_LEN:
+        raise ValueError(
+            f"max_query_len {max_query_len} is outside 1..{MAX_QUERY_LEN}; "
+            "use unified_attention for longer queries"
+        )
+    _check_planar_cache(k_cache, k_scale_cache, head_size, "k_cache", False)
+    _check_planar_cache(v_cache, v_scale_cache, head_size, "v_cache", True)
+    if (
+        k_cache.shape != v_cache.shape
+        or k_cache.stride(0) != v_cache.stride(0)
+        or k_cache.stride(2) != v_cache.stride(2)
+        or k_scale_cache.stride() != v_scale_cache.stride()
+    ):
+        raise ValueError(
+            "k_cache and v_cache (and their scales) must have equal shapes and "
+            f"strides, got {tuple(k_cache.shape)} / {tuple(v_cache.shape)}, "
+            f"{k_cache.stride()} / {v_cache.stride()}, "
+            f"{k_scale_cache.stride()} / {v_scale_cache.stride()}"
+        )
+    num_kv_heads = k_cache.shape[2]
+    if num_query_heads % num_kv_heads:
+        raise ValueError(
+            f"{num_query_heads} query heads are not a multiple of "
+            f"{num_kv_heads} KV heads"
+        )
+    if segm_output.shape[1:] != (num_query_heads, head_size):
+        raise ValueError(
+            f"segm_output must be [max_partials, {num_query_heads}, {head_size}], "
+            f"got {tuple(segm_output.shape)}"
+        )
+
+
+def _validate_geometry(
+    geometry: Int8SplitKVGeometry,
+    num_tokens: int,
+    segm_output: torch.Tensor,
+    block_size: int,
+    head_size: int,
+    run: int,
+    pv_chunk: int,
+) -> None:
+    """The checks of a launch geometry against the step and the cache
+    (``run``, ``pv_chunk``: the launch's, from the geometry)."""
+    num_segments = geometry.num_segments
+    if num_segments & (num_segments - 1) or (
+        num_segments > 1 and num_tokens * num_segments > segm_output.shape[0]
+    ):
+        raise ValueError(
+            f"{num_segments} segments x {num_tokens} tokens do not fit the "
+            f"{segm_output.shape[0]} partial slots (or are not a power of two)"
+        )
+    tile_size = geometry.tile_size
+    if run < 16 and block_size % tile_size:
+        raise ValueError(
+            f"block_size {block_size} must be a multiple of 16 or of the KV tile "
+            f"({tile_size} tokens)"
+        )
+    if pv_chunk < 16 or head_size % pv_chunk or pv_chunk & (pv_chunk - 1):
+        raise ValueError(
+            f"pv_chunk {geometry.pv_chunk} must be a power of two of at least 16 "
+            f"output channels that divides head_size {head_size}"
+        )
+    if geometry.wgmma and (
+        geometry.block_m != 16 * geometry.num_warps or tile_size % 16
+    ):
+        raise ValueError(
+            f"a wgmma geometry needs block_m = 16 * num_warps and a tile of a "
+            f"multiple of 16 tokens, got block_m {geometry.block_m}, "
+            f"{geometry.num_warps} warps, tile {tile_size}"
         )
