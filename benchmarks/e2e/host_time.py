@@ -15,8 +15,10 @@ launchers still run), so the figures are the backend's own Python (what a
 step costs the host in eager and piecewise-graph mode, and what a
 host-bound small model waits for); no GPU is needed.  ``--launch``
 (CUDA) runs the real kernels and times the host side of each step without
-waiting for the GPU between the calls.  With FULL CUDA graphs decode steps
-replay without any of this Python.
+waiting for the GPU between the calls; with ``--busy-ms`` each step is
+queued behind a kernel that keeps the GPU busy, so that its time is host
+time only if nothing in the step waits for the device.  With FULL CUDA
+graphs decode steps replay without any of this Python.
 
     .venv/bin/python benchmarks/e2e/host_time.py --layers 16 --batch 8
 """
@@ -31,6 +33,8 @@ from types import SimpleNamespace
 import torch
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_SIZE, BLOCK_SIZE = 24, 4, 256, 16
+# torch.cuda._sleep spins for a number of GPU clock cycles; about 2 GHz.
+SPIN_CYCLES_PER_NS = 2
 KV_DTYPES = {"int8": "int8_per_token_head", "bf16": "auto"}
 
 
@@ -158,6 +162,10 @@ def measure(kv: str, args: argparse.Namespace) -> dict:
             for i in range(args.warmup + args.steps):
                 if args.launch:
                     torch.accelerator.synchronize()
+                    if args.busy_ms:
+                        # Queue the step behind a kernel that spins: a step
+                        # that waits for the device shows it in its time.
+                        torch.cuda._sleep(int(args.busy_ms * 1e6 * SPIN_CYCLES_PER_NS))
                 t0 = time.perf_counter()
                 meta = builder.build(0, cam)
                 t1 = time.perf_counter()
@@ -196,6 +204,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--launch", action="store_true", help="run the kernels (CUDA)")
+    p.add_argument(
+        "--busy-ms",
+        type=float,
+        default=0.0,
+        help="with --launch: queue each step behind a kernel that keeps the GPU "
+        "busy this long, so that a step whose host side waits for the device "
+        "(a synchronising copy, .item()) takes at least this long",
+    )
     p.add_argument("--output", help="write the results as JSON here")
     args = p.parse_args(argv)
     if args.launch and not torch.cuda.is_available():

@@ -128,13 +128,59 @@ def test_dequant_section(head_size, layout, start, length):
     assert key_out[length:].isnan().all() and value_out[length:].isnan().all()
 
 
+@pytest.mark.parametrize("start,length,num_new", [(5, 40, 7), (0, 16, 16), (0, 0, 9)])
+def test_dequant_section_then_new_tokens(start, length, num_new):
+    """The step's own tokens are copied, unquantised, right after the
+    section by the same launch (the single-call path's key/value rows)."""
+    torch.manual_seed(0)
+    num_kv_heads, head_size = 2, 64
+    impl = TritonAttentionImpl(
+        4, head_size, 1.0, num_kv_heads, None, None, "int8_per_token_head"
+    )
+    kv_cache = make_int8_cache(16, num_kv_heads, head_size)
+    block_table, _, _ = write_requests(
+        impl, kv_cache, [64], num_kv_heads, head_size, torch.bfloat16
+    )
+    # Strided like the step's key and value (a view of a wider tensor).
+    qkv = torch.randn(
+        num_new, 3, num_kv_heads, head_size, dtype=torch.bfloat16, device=DEVICE
+    )
+    new_key, new_value = qkv[:, 1], qkv[:, 2]
+    key_out = torch.full(
+        (64, num_kv_heads, head_size), float("nan"), dtype=torch.bfloat16, device=DEVICE
+    )
+    value_out = torch.full_like(key_out, float("nan"))
+    dequant_int8_pth_section(
+        int8_per_token_head_planar_views(kv_cache, head_size),
+        block_table,
+        0,
+        start,
+        length,
+        key_out,
+        value_out,
+        new_key=new_key,
+        new_value=new_value,
+    )
+    pos = torch.arange(start, start + length, device=DEVICE)
+    ref_k, ref_v = torch_dequant(kv_cache, block_table[0], pos, head_size)
+    end = length + num_new
+    torch.testing.assert_close(key_out[:length], ref_k.to(torch.bfloat16))
+    torch.testing.assert_close(value_out[:length], ref_v.to(torch.bfloat16))
+    assert torch.equal(key_out[length:end], new_key)
+    assert torch.equal(value_out[length:end], new_value)
+    assert key_out[end:].isnan().all() and value_out[end:].isnan().all()
+
+
 # (context_len, query_len) per request.  Context lengths cover: no context,
 # shorter than a section, exactly one section, several sections with a
 # remainder, block-boundary offsets; query lengths cover one and several
-# query tiles.
+# query tiles.  Context and own tokens fit one section (one call) in
+# "no_context", "short_context", "fills_a_section" and "block_edges".
 CASES = {
     "no_context": [(0, 40)],
     "short_context": [(37, 20)],
+    "fills_a_section": [(SECTION_TOKENS - 20, 20)],
+    "just_over_a_section": [(SECTION_TOKENS - 19, 20)],
     "one_section": [(SECTION_TOKENS, 33)],
     "sections": [(3 * SECTION_TOKENS + 5, 70)],
     "block_edges": [(BLOCK_SIZE - 1, 1), (2 * BLOCK_SIZE, BLOCK_SIZE + 1)],
@@ -224,22 +270,91 @@ def test_sectioned_prefill(case, num_heads, num_kv_heads, head_size, dtype):
 
 
 def test_plan_sections():
-    # Decode rows first (not planned), then prefills.
-    qsl = torch.tensor([0, 1, 5, 5 + 100, 5 + 100 + 3], dtype=torch.int32)
-    seq_lens = torch.tensor([10, 20, 100 + 3 * 64, 3], dtype=torch.int32)
+    # Decode rows first (not planned), then prefills: 100 tokens over 192
+    # cached, 3 without context, 40 without context (more than a query
+    # tile), 24 over 40 cached (exactly one section), 24 over 41.
+    query_lens = [1, 4, 100, 3, 40, 24, 24]
+    qsl = torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()])
+    context_lens = [9, 16, 3 * 64, 0, 0, 40, 41]
+    seq_lens = torch.tensor(query_lens) + torch.tensor(context_lens)
     meta = build_sectioned_prefill_metadata(
-        qsl, seq_lens, 2, torch.device("cpu"), section_tokens=64, query_tile_tokens=32
+        qsl.to(torch.int32),
+        seq_lens.to(torch.int32),
+        2,
+        torch.device("cpu"),
+        section_tokens=64,
+        query_tile_tokens=32,
     )
-    assert [r.block_table_row for r in meta.requests] == [2, 3]
-    big, small = meta.requests
+    assert [r.block_table_row for r in meta.requests] == [2, 3, 4, 5, 6]
+    big, small, no_context, fits, over = meta.requests
     assert (big.query_start, big.query_len, big.context_len) == (5, 100, 192)
+    assert big.single_call_cu_row is None
     assert big.query_tiles == [(0, 32), (32, 64), (64, 96), (96, 100)]
     assert big.sections == [(0, 64), (64, 128), (128, 192)]
     assert len(big.own_cu_rows) == 4 and len(big.context_cu_rows) == 3
-    assert small.context_len == 0 and small.context_cu_rows == []
-    assert small.query_tiles == [(0, 3)] and small.sections == []
     assert meta.cu_seqlens[big.own_cu_rows[-1]].tolist() == [[0, 4], [0, 100]]
     assert meta.cu_seqlens[big.context_cu_rows[2][0]].tolist() == [[0, 32], [0, 64]]
+    # One call each, over [context | own tokens], query tiles or not.
+    for req, num_keys in ((small, 3), (no_context, 40), (fits, 64)):
+        assert req.single_call_cu_row is not None
+        assert req.query_tiles == req.sections == req.context_cu_rows == []
+        row = meta.cu_seqlens[req.single_call_cu_row].tolist()
+        assert row == [[0, req.query_len], [0, num_keys]]
+    assert over.single_call_cu_row is None
+    assert over.sections == [(0, 41)] and over.query_tiles == [(0, 24)]
+
+
+def test_single_call_launches(monkeypatch):
+    """A request whose context and own tokens fit one section attends in one
+    call and merges nothing; one just past it takes two calls and a merge."""
+    from vllm.v1.attention.ops import triton_int8_sectioned_prefill as sp
+
+    merges = []
+    monkeypatch.setattr(sp, "merge_attn_states", lambda *a: merges.append(a))
+    num_heads, num_kv_heads, head_size = 6, 2, 64
+    impl = TritonAttentionImpl(
+        num_heads, head_size, 1.0, num_kv_heads, None, None, "int8_per_token_head"
+    )
+    kv_cache = make_int8_cache(16, num_kv_heads, head_size)
+    for context_len, calls, merged in ((44, 1, 0), (45, 2, 1)):
+        seq_lens = [context_len + 20]
+        block_table, _, _ = write_requests(
+            impl, kv_cache, seq_lens, num_kv_heads, head_size, torch.bfloat16
+        )
+        metadata = build_sectioned_prefill_metadata(
+            torch.tensor([0, 20], dtype=torch.int32),
+            torch.tensor(seq_lens, dtype=torch.int32),
+            0,
+            torch.device(DEVICE),
+            SECTION_TOKENS,
+            QUERY_TILE_TOKENS,
+        )
+        shapes = sectioned_prefill_workspace_shapes(
+            num_heads, num_kv_heads, head_size, torch.bfloat16, SECTION_TOKENS
+        )
+        scratch = [torch.zeros(s, dtype=d, device=DEVICE) for s, d in shapes]
+        kv = torch.zeros(20, num_kv_heads, head_size, device=DEVICE)
+        query = torch.zeros(20, num_heads, head_size, device=DEVICE)
+        attn_calls = []
+
+        def attn(*a, attn_calls=attn_calls):
+            attn_calls.append(a[-2])
+            return sdpa_section_attn(*a)
+
+        merges.clear()
+        sectioned_prefill_attention(
+            query.bfloat16(),
+            kv.bfloat16(),
+            kv.bfloat16(),
+            int8_per_token_head_planar_views(kv_cache, head_size),
+            block_table,
+            torch.empty_like(query).bfloat16(),
+            metadata,
+            1.0,
+            *scratch,
+            attn_fn=attn,
+        )
+        assert len(attn_calls) == calls and len(merges) == merged
 
 
 def test_workspace_bound_qwen35_geometry():

@@ -260,13 +260,11 @@ def split_int8_step(
         query_tile_tokens=builder.int8_prefill_query_tile_tokens,
     )
     if num_decodes > 0:
-        query_lens = query_start_loc_cpu[1 : num_decodes + 1].diff(
-            prepend=query_start_loc_cpu[:1]
-        )
+        starts = query_start_loc_cpu[: num_decodes + 1].tolist()
         attn_metadata.decode = replace(
             attn_metadata,
             num_actual_tokens=num_decode_tokens,
-            max_query_len=int(query_lens.max()),
+            max_query_len=max(b - a for a, b in zip(starts, starts[1:])),
             query_start_loc=attn_metadata.query_start_loc[: num_decodes + 1],
             seq_lens=attn_metadata.seq_lens[:num_decodes],
             block_table=attn_metadata.block_table[:num_decodes],

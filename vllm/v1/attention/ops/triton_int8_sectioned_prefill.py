@@ -19,6 +19,14 @@ most ``section_tokens`` tokens into one reusable scratch:
 Query rows are processed in tiles of at most ``query_tile_tokens`` so that the
 partial-output buffer is bounded too: the memory of this path does not depend
 on the context length or the chunk size.
+
+Most chunks need none of that: when a request's cached context and its own
+tokens fit one section together, the dequantiser writes the context and
+copies the own tokens after it, and one causal FlashAttention call (aligned
+to the bottom right) attends over both, straight into the output.  A request
+without cached context attends to its own tokens in one call.  That is two
+launches per request instead of four (own tokens, dequantiser, context,
+merge), which is what a mixed decode + prefill step costs the host.
 """
 
 from collections.abc import Callable
@@ -28,6 +36,7 @@ import torch
 
 from vllm.logger import init_logger
 from vllm.triton_utils import tl, triton
+from vllm.utils.platform_utils import is_pin_memory_available
 from vllm.v1.attention.ops.merge_attn_states import merge_attn_states
 
 logger = init_logger(__name__)
@@ -69,6 +78,11 @@ class SectionedPrefillRequest:
     query_len: int
     # Number of cached tokens before the request's own tokens.
     context_len: int
+    # Row of ``SectionedPrefillMetadata.cu_seqlens`` of the request's single
+    # attention call (over its own tokens, after its whole context if it has
+    # one), or None when its context and own tokens do not fit one section;
+    # the fields below then plan its sections.
+    single_call_cu_row: int | None
     # [start, end) of each query tile (request-local query rows) and of each
     # section of the cached context.
     query_tiles: list[tuple[int, int]]
@@ -104,7 +118,7 @@ def build_sectioned_prefill_metadata(
     """Plan the attention calls of the prefill requests of one step.
 
     Runs on the host from CPU tensors only (no device sync); the call bounds
-    are copied to the device in one transfer.
+    are copied to the device in one transfer from pinned memory.
 
     Args:
         query_start_loc_cpu: [num_reqs + 1] query offsets of the whole step.
@@ -124,6 +138,24 @@ def build_sectioned_prefill_metadata(
         if query_len == 0:
             continue
         context_len = seq_lens[req] - query_len
+        if context_len + query_len <= section_tokens or context_len == 0:
+            # Keys [0, context_len + query_len) in one call, causal from the
+            # bottom right.
+            requests.append(
+                SectionedPrefillRequest(
+                    block_table_row=req,
+                    query_start=qsl[req],
+                    query_len=query_len,
+                    context_len=context_len,
+                    single_call_cu_row=len(rows),
+                    query_tiles=[],
+                    sections=[],
+                    own_cu_rows=[],
+                    context_cu_rows=[],
+                )
+            )
+            rows.append([[0, query_len], [0, context_len + query_len]])
+            continue
         tiles = _tiles(query_len, query_tile_tokens)
         own_cu_rows = []
         for start, end in tiles:
@@ -144,13 +176,20 @@ def build_sectioned_prefill_metadata(
                 query_start=qsl[req],
                 query_len=query_len,
                 context_len=context_len,
+                single_call_cu_row=None,
                 query_tiles=tiles,
                 sections=sections,
                 own_cu_rows=own_cu_rows,
                 context_cu_rows=context_cu_rows,
             )
         )
-    cu_seqlens = torch.tensor(rows, dtype=torch.int32).view(-1, 2, 2)
+    # Pinned, so that the copy does not wait for the work queued on the
+    # device (a copy from pageable memory does).
+    cu_seqlens = torch.tensor(
+        rows,
+        dtype=torch.int32,
+        pin_memory=device.type != "cpu" and is_pin_memory_available(),
+    ).view(-1, 2, 2)
     return SectionedPrefillMetadata(
         requests=requests,
         cu_seqlens=cu_seqlens.to(device, non_blocking=True),
@@ -212,6 +251,7 @@ def _dequant_int8_pth_half(
         "block_table_row",
         "section_start",
         "section_len",
+        "new_len",
         "stride_bt_row",
     ],
 )
@@ -221,11 +261,14 @@ def _dequant_int8_pth_section_kernel(
     k_scale_ptr,  # fp32 [num_blocks, block_size, num_kv_heads]
     v_scale_ptr,  # fp32, same logical shape
     block_table_ptr,  # [num_reqs, max_num_blocks]
+    new_key_ptr,  # [new_len, num_kv_heads, HEAD_SIZE], output dtype
+    new_value_ptr,  # same layout as new_key_ptr
     key_out_ptr,  # [section_tokens, num_kv_heads, HEAD_SIZE]
     value_out_ptr,  # [section_tokens, num_kv_heads, HEAD_SIZE]
     block_table_row,
     section_start,
     section_len,
+    new_len,
     stride_k_block,
     stride_k_slot,
     stride_k_head,
@@ -238,6 +281,8 @@ def _dequant_int8_pth_section_kernel(
     stride_s_slot: tl.constexpr,
     stride_s_head,
     stride_bt_row,
+    stride_new_tok,
+    stride_new_head,
     stride_out_tok,
     stride_out_head,
     BLOCK_SIZE: tl.constexpr,
@@ -248,44 +293,61 @@ def _dequant_int8_pth_section_kernel(
     head = tl.program_id(1)
 
     tok = tile * BLOCK_T + tl.arange(0, BLOCK_T)
-    tok_mask = tok < section_len
-    pos = section_start + tok
-    block_idx = tl.load(
-        block_table_ptr + block_table_row * stride_bt_row + pos // BLOCK_SIZE,
-        mask=tok_mask,
-        other=0,
-    ).to(tl.int64)
-    slot = pos % BLOCK_SIZE
-    scale_off = block_idx * stride_s_block + slot * stride_s_slot + head * stride_s_head
+    dims = tl.arange(0, HEAD_SIZE)
     out_off = (
         tok.to(tl.int64)[:, None] * stride_out_tok
         + head * stride_out_head
-        + tl.arange(0, HEAD_SIZE)[None, :]
+        + dims[None, :]
     )
-    # The backend's planar views: K rows of HEAD_SIZE bytes, V stored
-    # transposed (runs of tokens per channel); the strides say which.
-    _dequant_int8_pth_half(
-        key_cache_ptr,
-        k_scale_ptr,
-        key_out_ptr,
-        block_idx * stride_k_block + slot * stride_k_slot + head * stride_k_head,
-        scale_off,
-        out_off,
-        tok_mask,
-        stride_k_dim,
-        HEAD_SIZE,
-    )
-    _dequant_int8_pth_half(
-        value_cache_ptr,
-        v_scale_ptr,
-        value_out_ptr,
-        block_idx * stride_v_block + slot * stride_v_slot + head * stride_v_head,
-        scale_off,
-        out_off,
-        tok_mask,
-        stride_v_dim,
-        HEAD_SIZE,
-    )
+    if tile * BLOCK_T < section_len:
+        tok_mask = tok < section_len
+        pos = section_start + tok
+        block_idx = tl.load(
+            block_table_ptr + block_table_row * stride_bt_row + pos // BLOCK_SIZE,
+            mask=tok_mask,
+            other=0,
+        ).to(tl.int64)
+        slot = pos % BLOCK_SIZE
+        scale_off = (
+            block_idx * stride_s_block + slot * stride_s_slot + head * stride_s_head
+        )
+        # The backend's planar views: K rows of HEAD_SIZE bytes, V stored
+        # transposed (runs of tokens per channel); the strides say which.
+        _dequant_int8_pth_half(
+            key_cache_ptr,
+            k_scale_ptr,
+            key_out_ptr,
+            block_idx * stride_k_block + slot * stride_k_slot + head * stride_k_head,
+            scale_off,
+            out_off,
+            tok_mask,
+            stride_k_dim,
+            HEAD_SIZE,
+        )
+        _dequant_int8_pth_half(
+            value_cache_ptr,
+            v_scale_ptr,
+            value_out_ptr,
+            block_idx * stride_v_block + slot * stride_v_slot + head * stride_v_head,
+            scale_off,
+            out_off,
+            tok_mask,
+            stride_v_dim,
+            HEAD_SIZE,
+        )
+    if tile * BLOCK_T + BLOCK_T > section_len:
+        # Rows after the section: the request's own (unquantised) tokens.
+        new_tok = tok - section_len
+        new_mask = ((new_tok >= 0) & (new_tok < new_len))[:, None]
+        new_off = (
+            new_tok.to(tl.int64)[:, None] * stride_new_tok
+            + head * stride_new_head
+            + dims[None, :]
+        )
+        x = tl.load(new_key_ptr + new_off, mask=new_mask, other=0.0)
+        tl.store(key_out_ptr + out_off, x, mask=new_mask)
+        x = tl.load(new_value_ptr + new_off, mask=new_mask, other=0.0)
+        tl.store(value_out_ptr + out_off, x, mask=new_mask)
 
 
 def dequant_int8_pth_section(
@@ -296,6 +358,8 @@ def dequant_int8_pth_section(
     section_len: int,
     key_out: torch.Tensor,
     value_out: torch.Tensor,
+    new_key: torch.Tensor | None = None,
+    new_value: torch.Tensor | None = None,
 ) -> None:
     """Dequantise cached tokens of one request into contiguous K/V buffers.
 
@@ -309,8 +373,13 @@ def dequant_int8_pth_section(
         block_table_row: row of the request in ``block_table``.
         section_start: first request-local position to convert.
         section_len: number of positions to convert.
-        key_out: [>= section_len, num_kv_heads, head_size] bf16/fp16.
+        key_out: [>= section_len + len(new_key), num_kv_heads, head_size]
+            bf16/fp16.
         value_out: same shape and dtype as ``key_out``.
+        new_key: optional [n, num_kv_heads, head_size] keys in the dtype of
+            ``key_out``, copied to rows ``section_len .. section_len + n``
+            of ``key_out`` by the same launch.
+        new_value: the values for ``new_key``, copied to ``value_out``.
     """
     key_cache, value_cache, k_scale, v_scale = kv_views
     _, block_size, num_kv_heads, head_size = key_cache.shape
@@ -321,26 +390,42 @@ def dequant_int8_pth_section(
         head_size
     )
     assert key_out.stride() == value_out.stride() and key_out.stride(-1) == 1
-    assert key_out.shape[0] >= section_len
-    if section_len == 0:
+    if new_key is None:
+        assert new_value is None
+        new_key = new_value = key_out
+        new_len = 0
+    else:
+        assert new_value is not None
+        new_len = new_key.shape[0]
+        assert new_key.shape == new_value.shape
+        assert new_key.shape[1:] == key_out.shape[1:]
+        assert new_key.dtype == new_value.dtype == key_out.dtype
+        assert new_key.stride() == new_value.stride() and new_key.stride(-1) == 1
+    assert key_out.shape[0] >= section_len + new_len
+    if section_len + new_len == 0:
         return
     block_t = 16
-    grid = (triton.cdiv(section_len, block_t), num_kv_heads)
+    grid = (triton.cdiv(section_len + new_len, block_t), num_kv_heads)
     _dequant_int8_pth_section_kernel[grid](
         key_cache,
         value_cache,
         k_scale,
         v_scale,
         block_table,
+        new_key,
+        new_value,
         key_out,
         value_out,
         block_table_row,
         section_start,
         section_len,
+        new_len,
         *key_cache.stride(),
         *value_cache.stride(),
         *k_scale.stride(),
         block_table.stride(0),
+        new_key.stride(0),
+        new_key.stride(1),
         key_out.stride(0),
         key_out.stride(1),
         BLOCK_SIZE=block_size,
@@ -391,6 +476,38 @@ def sectioned_prefill_attention(
     cu = metadata.cu_seqlens
     for req in metadata.requests:
         q0 = req.query_start
+        if req.single_call_cu_row is not None:
+            q1 = q0 + req.query_len
+            num_keys = req.context_len + req.query_len
+            if req.context_len == 0:
+                k, v = key[q0:q1], value[q0:q1]
+            else:
+                # [whole context | own tokens] in the scratch.
+                dequant_int8_pth_section(
+                    kv_views,
+                    block_table,
+                    req.block_table_row,
+                    0,
+                    req.context_len,
+                    key_scratch,
+                    value_scratch,
+                    new_key=key[q0:q1],
+                    new_value=value[q0:q1],
+                )
+                k, v = key_scratch[:num_keys], value_scratch[:num_keys]
+            attn_fn(
+                query[q0:q1],
+                k,
+                v,
+                output[q0:q1],
+                cu[req.single_call_cu_row, 0],
+                cu[req.single_call_cu_row, 1],
+                req.query_len,
+                num_keys,
+                True,
+                softmax_scale,
+            )
+            continue
         tiles = req.query_tiles
         lses = []
         # The request's own tokens, causally, from the unquantised K/V.
