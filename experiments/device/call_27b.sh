@@ -1,0 +1,17 @@
+# Qwen3.5-27B geometry (64 layers), dummy weights quantized to fp8 online,
+# INT8 fork vs BF16 FA side by side, CUDA graphs.  Args: SPEC (none|dflash).
+cd "$(dirname "$0")/../.."
+source experiments/device/jit_cache.sh restore
+SPEC=${1:-none}; shift || true
+export RESULTS=/tmp/r PRESET=qwen3.5-27b SPEC ROUNDS=${ROUNDS:-1} KV_GIB=${KV_GIB:-24} UTIL=${UTIL:-0.46}
+export CONTEXTS=${CONTEXTS:-"32768 65536 131072"}
+mkdir -p /tmp/r
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+timeout ${PAIR_TIMEOUT:-540} bash benchmarks/e2e/serve_pair.sh int8-triton bf16-fa --quantization fp8 --batch 8 "$@" 2>&1 | tail -60
+echo "rc=${PIPESTATUS[0]}"
+for f in /tmp/r/serve_*.json /tmp/r/serve_pair_*.log; do
+  [ -f "$f" ] && cp "$f" "$OUT/27b64_fp8_${SPEC}_$(basename "$f")"
+done
+grep -h "compil\|Error\|error" /tmp/r/serve_pair_*.log | grep -iv "warning" | tail -20
+
+bash experiments/device/jit_cache.sh save

@@ -1,0 +1,27 @@
+# One GPU-suite stage by its pytest arguments (forktool/gpu_suite.txt), on the
+# device with the fork overlaid; upstream's test files come from
+# .carry/scripts/ut (copies from build/vllm-fork/tests).  Usage: call_stage.sh STAGE [LIMIT_S]
+cd "$(dirname "$0")/../.."
+STAGE=$1; LIMIT=${2:-480}
+source .carry/vllm026/install.sh >/dev/null
+bash .carry/vllm026/overlay.sh dist/patches/v0.26.0 >/dev/null
+export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1
+mapfile -t ARGS < <(python3 - "$STAGE" <<'PY'
+import sys, os
+from pathlib import Path
+sys.path.insert(0, ".")
+from forktool.suites import read_suite
+for a in read_suite(Path("forktool/gpu_suite.txt"), sys.argv[1]):
+    base = a.split("::")[0]
+    if base.endswith(".py") and not os.path.exists(base):
+        a = ".carry/scripts/ut/" + os.path.basename(base) + a[len(base):]
+    print(a)
+PY
+)
+echo "stage $STAGE: ${ARGS[*]}"
+T0=$(date +%s)
+set -o pipefail
+timeout -s INT $LIMIT python3 -m pytest -v -rA -p no:cacheprovider --tb=short "${ARGS[@]}" 2>&1 \
+  | grep -v -i "warning\|it/s\]\|^INFO" > $OUT/stage_$STAGE.txt
+echo "stage $STAGE: rc=$? wall $(( $(date +%s) - T0 )) s"
+tail -25 $OUT/stage_$STAGE.txt
