@@ -122,10 +122,18 @@ def test_gpu_suite_runs_each_stage_in_its_own_pytest(gpu_cli, capsys):
         assert limit == 480
         assert cmd[-len(read_suite(GPU_SUITE, stage)) :] == read_suite(GPU_SUITE, stage)
     upstream = calls[stages.index("upstream")][0]
-    assert upstream[upstream.index("-k") + 1] == "num_heads0 and seq_lens1"
-    # The split-KV file's full grid runs in a stage of its own.
+    # Upstream's tensor-descriptor cases fail on unpatched 0.26.0 too.
+    assert (
+        upstream[upstream.index("-k") + 1]
+        == "num_heads0 and seq_lens1 and not use_td"
+    )
+    # The split-KV file's full grid runs in a stage of its own; the offline
+    # compile checks run in the CPU suite.
     kernels = calls[stages.index("kernels")][0]
-    assert kernels[kernels.index("-k") + 1] == "not test_int8_split_kv_attention["
+    assert (
+        kernels[kernels.index("-k") + 1]
+        == "not test_int8_split_kv_attention[ and not spill and not test_wgmma_"
+    )
     grid = calls[stages.index("kernels-grid")][0]
     assert grid[grid.index("-k") + 1] == "test_int8_split_kv_attention["
     out = capsys.readouterr().out
