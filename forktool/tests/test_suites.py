@@ -124,8 +124,7 @@ def test_gpu_suite_runs_each_stage_in_its_own_pytest(gpu_cli, capsys):
     upstream = calls[stages.index("upstream")][0]
     # Upstream's tensor-descriptor cases fail on unpatched 0.26.0 too.
     assert (
-        upstream[upstream.index("-k") + 1]
-        == "num_heads0 and seq_lens1 and not use_td"
+        upstream[upstream.index("-k") + 1] == "num_heads0 and seq_lens1 and not use_td"
     )
     # The split-KV file's full grid runs in a stage of its own; the offline
     # compile checks run in the CPU suite.
