@@ -141,11 +141,13 @@ def test_dequant_section_then_new_tokens(start, length, num_new):
     block_table, _, _ = write_requests(
         impl, kv_cache, [64], num_kv_heads, head_size, torch.bfloat16
     )
-    # Strided like the step's key and value (a view of a wider tensor).
+    # As a model with a key norm hands them to the layer: a fresh key and a
+    # value that is a view of the fused QKV (different strides).
     qkv = torch.randn(
         num_new, 3, num_kv_heads, head_size, dtype=torch.bfloat16, device=DEVICE
     )
-    new_key, new_value = qkv[:, 1], qkv[:, 2]
+    new_key, new_value = qkv[:, 1].contiguous(), qkv[:, 2]
+    assert new_key.stride() != new_value.stride()
     key_out = torch.full(
         (64, num_kv_heads, head_size), float("nan"), dtype=torch.bfloat16, device=DEVICE
     )

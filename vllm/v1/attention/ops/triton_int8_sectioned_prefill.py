@@ -262,7 +262,7 @@ def _dequant_int8_pth_section_kernel(
     v_scale_ptr,  # fp32, same logical shape
     block_table_ptr,  # [num_reqs, max_num_blocks]
     new_key_ptr,  # [new_len, num_kv_heads, HEAD_SIZE], output dtype
-    new_value_ptr,  # same layout as new_key_ptr
+    new_value_ptr,  # same shape as new_key_ptr (its own strides)
     key_out_ptr,  # [section_tokens, num_kv_heads, HEAD_SIZE]
     value_out_ptr,  # [section_tokens, num_kv_heads, HEAD_SIZE]
     block_table_row,
@@ -281,8 +281,10 @@ def _dequant_int8_pth_section_kernel(
     stride_s_slot: tl.constexpr,
     stride_s_head,
     stride_bt_row,
-    stride_new_tok,
-    stride_new_head,
+    stride_new_k_tok,
+    stride_new_k_head,
+    stride_new_v_tok,
+    stride_new_v_head,
     stride_out_tok,
     stride_out_head,
     BLOCK_SIZE: tl.constexpr,
@@ -337,16 +339,13 @@ def _dequant_int8_pth_section_kernel(
         )
     if tile * BLOCK_T + BLOCK_T > section_len:
         # Rows after the section: the request's own (unquantised) tokens.
-        new_tok = tok - section_len
-        new_mask = ((new_tok >= 0) & (new_tok < new_len))[:, None]
-        new_off = (
-            new_tok.to(tl.int64)[:, None] * stride_new_tok
-            + head * stride_new_head
-            + dims[None, :]
-        )
-        x = tl.load(new_key_ptr + new_off, mask=new_mask, other=0.0)
+        new_tok = (tok - section_len).to(tl.int64)[:, None]
+        new_mask = (new_tok >= 0) & (new_tok < new_len)
+        k_off = new_tok * stride_new_k_tok + head * stride_new_k_head + dims[None, :]
+        x = tl.load(new_key_ptr + k_off, mask=new_mask, other=0.0)
         tl.store(key_out_ptr + out_off, x, mask=new_mask)
-        x = tl.load(new_value_ptr + new_off, mask=new_mask, other=0.0)
+        v_off = new_tok * stride_new_v_tok + head * stride_new_v_head + dims[None, :]
+        x = tl.load(new_value_ptr + v_off, mask=new_mask, other=0.0)
         tl.store(value_out_ptr + out_off, x, mask=new_mask)
 
 
@@ -377,9 +376,12 @@ def dequant_int8_pth_section(
             bf16/fp16.
         value_out: same shape and dtype as ``key_out``.
         new_key: optional [n, num_kv_heads, head_size] keys in the dtype of
-            ``key_out``, copied to rows ``section_len .. section_len + n``
-            of ``key_out`` by the same launch.
-        new_value: the values for ``new_key``, copied to ``value_out``.
+            ``key_out`` (any strides, last dimension contiguous), copied to
+            rows ``section_len .. section_len + n`` of ``key_out`` by the
+            same launch.
+        new_value: the values for ``new_key``, copied to ``value_out``; its
+            strides may differ from ``new_key``'s (a model with a key norm
+            hands the layer a fresh key next to a view of the fused QKV).
     """
     key_cache, value_cache, k_scale, v_scale = kv_views
     _, block_size, num_kv_heads, head_size = key_cache.shape
@@ -400,7 +402,7 @@ def dequant_int8_pth_section(
         assert new_key.shape == new_value.shape
         assert new_key.shape[1:] == key_out.shape[1:]
         assert new_key.dtype == new_value.dtype == key_out.dtype
-        assert new_key.stride() == new_value.stride() and new_key.stride(-1) == 1
+        assert new_key.stride(-1) == new_value.stride(-1) == 1
     assert key_out.shape[0] >= section_len + new_len
     if section_len + new_len == 0:
         return
@@ -426,6 +428,8 @@ def dequant_int8_pth_section(
         block_table.stride(0),
         new_key.stride(0),
         new_key.stride(1),
+        new_value.stride(0),
+        new_value.stride(1),
         key_out.stride(0),
         key_out.stride(1),
         BLOCK_SIZE=block_size,
