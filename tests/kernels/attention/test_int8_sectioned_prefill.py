@@ -214,7 +214,11 @@ def test_sectioned_prefill(case, num_heads, num_kv_heads, head_size, dtype):
         sum(query_lens), num_heads, head_size, dtype=dtype, device=DEVICE
     )
     key = torch.cat([k[c:] for k, (c, _) in zip(keys, reqs)])
-    value = torch.cat([v[c:] for v, (c, _) in zip(values, reqs)])
+    # The value a view of a wider tensor, as a model with a key norm hands
+    # the layer a fresh key next to a view of the fused QKV.
+    value = torch.cat(
+        [torch.cat([v[c:], v[c:]], dim=1) for v, (c, _) in zip(values, reqs)]
+    )[:, num_kv_heads:]
     query_start_loc = torch.tensor([0] + query_lens).cumsum(0).to(torch.int32)
 
     metadata = build_sectioned_prefill_metadata(
