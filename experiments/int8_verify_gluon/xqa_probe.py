@@ -37,26 +37,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
     warpgroup_mma_wait,
 )
 
-
-@gluon.jit
-def _widen(x):
-    # 0x6400 | (v ^ 0x80) is the fp16 number 1152 + v (as the series).
-    return gl.inline_asm_elementwise(
-        asm="""{
-        .reg .b32 t, m;
-        xor.b32 t, $2, 0x80808080;
-        mov.b32 m, 0x64806480;
-        prmt.b32 $0, t, 0x64646464, 0x5150;
-        prmt.b32 $1, t, 0x64646464, 0x5352;
-        sub.f16x2 $0, $0, m;
-        sub.f16x2 $1, $1, m;
-        }""",
-        constraints="=r,=r,r",
-        args=[x],
-        dtype=gl.float16,
-        is_pure=True,
-        pack=4,
-    )
+# The series kernel's int8 -> fp16 widening.
+from vllm.v1.attention.ops.triton_int8_split_kv_wgmma import _widen  # noqa: E402
 
 
 @gluon.jit

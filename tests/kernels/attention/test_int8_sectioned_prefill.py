@@ -94,23 +94,33 @@ def write_requests(impl, kv_cache, seq_lens, num_kv_heads, head_size, dtype):
     return block_table, keys, values
 
 
-@pytest.mark.parametrize("head_size", [64, 256])
-@pytest.mark.parametrize("layout", ["NHD", "HND"])
-@pytest.mark.parametrize("start,length", [(0, 16), (5, 40), (13, 3), (0, 0)])
-def test_dequant_section(head_size, layout, start, length):
+def one_request_and_nan_buffers(head_size, layout, out_rows, num_kv_heads=2):
+    """A cache holding one random 64-token request, and NaN-filled K/V
+    buffers of ``out_rows`` rows for the dequantiser."""
     torch.manual_seed(0)
-    num_kv_heads, seq_len = 2, 64
     impl = TritonAttentionImpl(
         4, head_size, 1.0, num_kv_heads, None, None, "int8_per_token_head"
     )
     kv_cache = make_int8_cache(16, num_kv_heads, head_size, layout)
     block_table, _, _ = write_requests(
-        impl, kv_cache, [seq_len], num_kv_heads, head_size, torch.bfloat16
+        impl, kv_cache, [64], num_kv_heads, head_size, torch.bfloat16
     )
     key_out = torch.full(
-        (48, num_kv_heads, head_size), float("nan"), dtype=torch.bfloat16, device=DEVICE
+        (out_rows, num_kv_heads, head_size),
+        float("nan"),
+        dtype=torch.bfloat16,
+        device=DEVICE,
     )
-    value_out = torch.full_like(key_out, float("nan"))
+    return kv_cache, block_table, key_out, torch.full_like(key_out, float("nan"))
+
+
+@pytest.mark.parametrize("head_size", [64, 256])
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("start,length", [(0, 16), (5, 40), (13, 3), (0, 0)])
+def test_dequant_section(head_size, layout, start, length):
+    kv_cache, block_table, key_out, value_out = one_request_and_nan_buffers(
+        head_size, layout, 48
+    )
     dequant_int8_pth_section(
         int8_per_token_head_planar_views(kv_cache, head_size),
         block_table,
@@ -132,14 +142,9 @@ def test_dequant_section(head_size, layout, start, length):
 def test_dequant_section_then_new_tokens(start, length, num_new):
     """The step's own tokens are copied, unquantised, right after the
     section by the same launch (the single-call path's key/value rows)."""
-    torch.manual_seed(0)
     num_kv_heads, head_size = 2, 64
-    impl = TritonAttentionImpl(
-        4, head_size, 1.0, num_kv_heads, None, None, "int8_per_token_head"
-    )
-    kv_cache = make_int8_cache(16, num_kv_heads, head_size)
-    block_table, _, _ = write_requests(
-        impl, kv_cache, [64], num_kv_heads, head_size, torch.bfloat16
+    kv_cache, block_table, key_out, value_out = one_request_and_nan_buffers(
+        head_size, "NHD", 64, num_kv_heads
     )
     # As a model with a key norm hands them to the layer: a fresh key and a
     # value that is a view of the fused QKV (different strides).
@@ -148,10 +153,6 @@ def test_dequant_section_then_new_tokens(start, length, num_new):
     )
     new_key, new_value = qkv[:, 1].contiguous(), qkv[:, 2]
     assert new_key.stride() != new_value.stride()
-    key_out = torch.full(
-        (64, num_kv_heads, head_size), float("nan"), dtype=torch.bfloat16, device=DEVICE
-    )
-    value_out = torch.full_like(key_out, float("nan"))
     dequant_int8_pth_section(
         int8_per_token_head_planar_views(kv_cache, head_size),
         block_table,

@@ -138,45 +138,34 @@ def build_sectioned_prefill_metadata(
         if query_len == 0:
             continue
         context_len = seq_lens[req] - query_len
+        single_call_cu_row = None
+        tiles, sections = [], []
+        own_cu_rows, context_cu_rows = [], []
         if context_len + query_len <= section_tokens or context_len == 0:
             # Keys [0, context_len + query_len) in one call, causal from the
             # bottom right.
-            requests.append(
-                SectionedPrefillRequest(
-                    block_table_row=req,
-                    query_start=qsl[req],
-                    query_len=query_len,
-                    context_len=context_len,
-                    single_call_cu_row=len(rows),
-                    query_tiles=[],
-                    sections=[],
-                    own_cu_rows=[],
-                    context_cu_rows=[],
-                )
-            )
+            single_call_cu_row = len(rows)
             rows.append([[0, query_len], [0, context_len + query_len]])
-            continue
-        tiles = _tiles(query_len, query_tile_tokens)
-        own_cu_rows = []
-        for start, end in tiles:
-            # Tile [start, end) sees its own chunk's keys [0, end).
-            own_cu_rows.append(len(rows))
-            rows.append([[0, end - start], [0, end]])
-        sections = _tiles(context_len, section_tokens)
-        context_cu_rows = []
-        for sec_start, sec_end in sections:
-            sec_rows = []
+        else:
+            tiles = _tiles(query_len, query_tile_tokens)
             for start, end in tiles:
-                sec_rows.append(len(rows))
-                rows.append([[0, end - start], [0, sec_end - sec_start]])
-            context_cu_rows.append(sec_rows)
+                # Tile [start, end) sees its own chunk's keys [0, end).
+                own_cu_rows.append(len(rows))
+                rows.append([[0, end - start], [0, end]])
+            sections = _tiles(context_len, section_tokens)
+            for sec_start, sec_end in sections:
+                sec_rows = []
+                for start, end in tiles:
+                    sec_rows.append(len(rows))
+                    rows.append([[0, end - start], [0, sec_end - sec_start]])
+                context_cu_rows.append(sec_rows)
         requests.append(
             SectionedPrefillRequest(
                 block_table_row=req,
                 query_start=qsl[req],
                 query_len=query_len,
                 context_len=context_len,
-                single_call_cu_row=None,
+                single_call_cu_row=single_call_cu_row,
                 query_tiles=tiles,
                 sections=sections,
                 own_cu_rows=own_cu_rows,
