@@ -220,19 +220,24 @@ def _decode_window(*recs: dict) -> tuple[float, float]:
 class MeasureTurns:
     """Turn-taking between serve_bench runs whose engines share one GPU.
 
-    Engines loaded side by side measure in rounds, one at a time, in a fixed
-    order (run 0, run 1, ..., run 0, ...), so that drift of the machine over
-    the minutes a comparison takes falls on every configuration alike.  The
-    first turn waits until every run's engine is ready, and a run shuts its
-    engine down only after the last turn: another engine's start (compiles,
-    graph capture) or shutdown on the same machine slowed steps by half in
-    the turns it overlapped.  The turn file holds the number of the next
-    turn; a run that fails writes ``abort`` there and the others stop
-    waiting.
+    Engines loaded side by side measure in rounds, one at a time, so that
+    drift of the machine over the minutes a comparison takes falls on every
+    configuration alike.  Rounds alternate the order (run 0, run 1; run 1,
+    run 0; ...), so that whatever slows the first turn after the engines
+    start does not always fall on the same run.  The first turn waits until
+    every run's engine is ready and then ``settle_s`` more seconds, and a run
+    shuts its engine down only after the last turn: another engine's start
+    (compiles, graph capture) or shutdown on the same machine slowed steps
+    by half in the turns it overlapped, and the first cases measured right
+    after the last engine became ready ran at 70-90% GPU utilisation where
+    the same cases ran at 99-100% later.  The turn file holds the number of
+    the next turn; a run that fails writes ``abort`` there and the others
+    stop waiting.
     """
 
-    def __init__(self, path: str | None, index: int, count: int):
+    def __init__(self, path: str | None, index: int, count: int, settle_s: float = 0.0):
         self.path, self.index, self.count = path, index, count
+        self.settle_s = settle_s
         if path is not None and not 0 <= index < count:
             raise ValueError(f"turn {index}/{count}: need 0 <= index < count")
 
@@ -277,15 +282,18 @@ class MeasureTurns:
         a series (``first_round``) also waits for every run's ready mark."""
         if self.path is None:
             return
-        turn = round_idx * self.count + self.index
+        turn = self.turn(round_idx)
 
         def ours(n: int) -> bool:
             if n != turn:
                 return False
-            return round_idx != first_round or all(
-                os.path.exists(self._ready_path(i, first_round))
-                for i in range(self.count)
-            )
+            if round_idx != first_round:
+                return True
+            marks = [self._ready_path(i, first_round) for i in range(self.count)]
+            if not all(os.path.exists(m) for m in marks):
+                return False
+            last_ready = max(os.path.getmtime(m) for m in marks)
+            return time.time() >= last_ready + self.settle_s
 
         await self._until(ours, f"turn {turn}", timeout_s)
 
@@ -300,9 +308,14 @@ class MeasureTurns:
                 raise_on_abort=False,
             )
 
+    def turn(self, round_idx: int) -> int:
+        """The number of this run's turn in round ``round_idx``."""
+        place = self.index if round_idx % 2 == 0 else self.count - 1 - self.index
+        return round_idx * self.count + place
+
     def done(self, round_idx: int) -> None:
         if self.path is not None:
-            self._write(str(round_idx * self.count + self.index + 1))
+            self._write(str(self.turn(round_idx) + 1))
 
     def abort(self) -> None:
         if self.path is not None:
@@ -421,7 +434,11 @@ async def _measure(cfg: dict) -> dict:
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    turns = MeasureTurns(cfg.get("measure_turn"), *cfg.get("turn", (0, 1)))
+    turns = MeasureTurns(
+        cfg.get("measure_turn"),
+        *cfg.get("turn", (0, 1)),
+        settle_s=cfg.get("settle_s", 0.0),
+    )
     sampler = MachineSampler()
     engine = None
     rounds: list[dict] = []
@@ -484,6 +501,7 @@ def run(args: argparse.Namespace) -> dict:
         "measure_turn": args.measure_turn,
         "turn": tuple(int(x) for x in args.turn.split("/")),
         "rounds": args.rounds,
+        "settle_s": args.settle_s,
     }
     report = {
         "label": args.label,
@@ -810,6 +828,13 @@ def parser() -> argparse.ArgumentParser:
         "--turn",
         default="0/1",
         help="with --measure-turn: this run's place, INDEX/COUNT (0/2, 1/2)",
+    )
+    p.add_argument(
+        "--settle-s",
+        type=float,
+        default=20.0,
+        help="with --measure-turn: seconds the first turn waits after the "
+        "last engine is ready (the first cases after it ran slow)",
     )
     p.add_argument(
         "--rounds",

@@ -13,6 +13,7 @@ import math
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -620,8 +621,9 @@ def test_compare_stops_when_nothing_was_measured(tmp_path, monkeypatch):
 
 
 def test_measure_turns_alternate_runs_and_stop_on_failure(tmp_path):
-    """Two runs sharing a GPU measure in turns A B A B, whatever order their
-    engines become ready in; a run that fails releases the other."""
+    """Two runs sharing a GPU measure in turns A B, B A, A B, whatever order
+    their engines become ready in, the first turn only ``settle_s`` after the
+    last engine is ready; a run that fails releases the other."""
     import asyncio
 
     import serve_bench
@@ -629,15 +631,18 @@ def test_measure_turns_alternate_runs_and_stop_on_failure(tmp_path):
     path = str(tmp_path / "turns")
     open(path, "w").close()  # mktemp's empty file: turn 0
     order = []
+    times = {}
 
     async def run(index, ready_after):
-        turns = serve_bench.MeasureTurns(path, index, 2)
+        turns = serve_bench.MeasureTurns(path, index, 2, settle_s=0.4)
         await asyncio.sleep(ready_after)  # the engine starting
         order.append((index, "ready"))
+        times[index, "ready"] = time.time()
         turns.ready()
         for r in range(3):
             await turns.wait(r, timeout_s=10)
             order.append((index, r))
+            times[index, r] = time.time()
             await asyncio.sleep(0.05)  # measuring
             turns.done(r)
         await turns.wait_all(3, timeout_s=10)
@@ -649,7 +654,9 @@ def test_measure_turns_alternate_runs_and_stop_on_failure(tmp_path):
 
     asyncio.run(both())
     assert order[:2] == [(0, "ready"), (1, "ready")]
-    assert order[2:8] == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)]
+    assert order[2:8] == [(0, 0), (1, 0), (1, 1), (0, 1), (0, 2), (1, 2)]
+    # The ready mark's time stamp has the file system's resolution.
+    assert times[0, 0] >= times[1, "ready"] + 0.3
     # Run 0 finished first but exits only after run 1's last turn.
     assert sorted(order[8:]) == [(0, "exit"), (1, "exit")]
 
