@@ -1,45 +1,76 @@
 #!/usr/bin/env bash
 # Carry Triton's and vLLM's compile caches from one call on the lent GPU
 # machine to the next (every call gets a fresh machine, and an engine start
-# there spends 100-130 s compiling and autotuning, most of it the Gated
-# DeltaNet kernels).
+# there spends 100-160 s compiling and autotuning, most of it the Gated
+# DeltaNet kernels and torch.compile).
 #
-#   bash experiments/device/jit_cache.sh restore
-#       unpack .carry/jit/*.tar.xz (if any) into $HOME
+#   source experiments/device/jit_cache.sh restore
+#       unpack .carry/jit/*.tar.xz (and split archives, *.tar.xz.part*) into
+#       $HOME, and export TRITON_CACHE_AUTOTUNING=1
 #   bash experiments/device/jit_cache.sh save
 #       pack ~/.triton/cache and ~/.cache/vllm/torch_compile_cache into
-#       $OUT/jit_triton.tar.xz and $OUT/jit_torch.tar.xz, each only when it
-#       is under 15 MiB (a file coming back from $OUT may hold 16 MiB)
+#       $OUT/jit_triton.tar.xz and $OUT/jit_torch.tar.xz; an archive over
+#       15 MiB (a file coming back from $OUT may hold 16 MiB) is split into
+#       15 MiB parts, .part00, .part01, ... (at most MAX_PARTS, default 3:
+#       only 8 files come back from a call)
+#   bash experiments/device/jit_cache.sh save-when-ready LOG [LOG ...] &
+#       the same, in the background, once every LOG says an engine is
+#       ready ("init engine"): the caches are complete then, and a call cut
+#       at its time limit still brings them back
 #
-# Both ends need TRITON_CACHE_AUTOTUNING=1 (the script exports it for the
-# caller that sources it: `source experiments/device/jit_cache.sh restore`),
-# so that autotuning results are cached with the kernels.  After a call,
-# copy the returned archives into .carry/jit/ and name .carry/jit in the
-# next call's carry list (with .carry/vllm026 the working tree holds about
-# 20 MiB more).
+# Both ends need TRITON_CACHE_AUTOTUNING=1, so that autotuning results are
+# cached with the kernels.  After a call, copy the returned archives into
+# .carry/jit/ and name .carry/jit in the next call's carry list (with
+# .carry/vllm026 the working tree holds 20-50 MiB more).
 export TRITON_CACHE_AUTOTUNING=1
 _jit_dir=${JIT_CACHE_DIR:-.carry/jit}
+_part_bytes=$((15 * 1024 * 1024))
+
+_jit_save() {
+    local pair name src size n
+    for pair in triton:.triton/cache torch:.cache/vllm/torch_compile_cache; do
+        name=${pair%%:*} src=${pair#*:}
+        [ -d "$HOME/$src" ] || { echo "jit cache: no $src"; continue; }
+        tar -cJf "/tmp/jit_$name.tar.xz" -C "$HOME" "$src"
+        size=$(stat -c %s "/tmp/jit_$name.tar.xz")
+        if [ "$size" -le "$_part_bytes" ]; then
+            cp "/tmp/jit_$name.tar.xz" "$OUT/" && echo "jit cache: saved jit_$name.tar.xz ($size bytes)"
+            continue
+        fi
+        n=$(( (size + _part_bytes - 1) / _part_bytes ))
+        if [ "$n" -gt "${MAX_PARTS:-3}" ]; then
+            echo "jit cache: jit_$name.tar.xz is $size bytes, $n parts of 15 MiB: not saved"
+            continue
+        fi
+        split -b "$_part_bytes" -d -a 2 "/tmp/jit_$name.tar.xz" "$OUT/jit_$name.tar.xz.part"
+        echo "jit cache: saved jit_$name.tar.xz ($size bytes) in $n parts"
+    done
+}
+
 case "${1:-}" in
 restore)
-    for _f in "$_jit_dir"/*.tar.xz; do
-        [ -f "$_f" ] || { echo "jit cache: none in $_jit_dir"; break; }
-        tar -xJf "$_f" -C "$HOME" && echo "jit cache: restored $_f ($(du -h "$_f" | cut -f1))"
+    _found=0
+    for _f in "$_jit_dir"/*.tar.xz "$_jit_dir"/*.tar.xz.part00; do
+        [ -f "$_f" ] || continue
+        _found=1
+        case "$_f" in
+        *.part00) cat "${_f%00}"?? | tar -xJ -C "$HOME" && echo "jit cache: restored ${_f%.part00} (parts)" ;;
+        *) tar -xJf "$_f" -C "$HOME" && echo "jit cache: restored $_f ($(du -h "$_f" | cut -f1))" ;;
+        esac
     done
+    [ "$_found" = 1 ] || echo "jit cache: none in $_jit_dir"
     ;;
 save)
-    for _pair in triton:.triton/cache torch:.cache/vllm/torch_compile_cache; do
-        _name=${_pair%%:*} _src=${_pair#*:}
-        [ -d "$HOME/$_src" ] || { echo "jit cache: no $_src"; continue; }
-        tar -cJf "/tmp/jit_$_name.tar.xz" -C "$HOME" "$_src"
-        _size=$(stat -c %s "/tmp/jit_$_name.tar.xz")
-        if [ "$_size" -le $((15 * 1024 * 1024)) ]; then
-            cp "/tmp/jit_$_name.tar.xz" "$OUT/" && echo "jit cache: saved jit_$_name.tar.xz ($_size bytes)"
-        else
-            echo "jit cache: jit_$_name.tar.xz is $_size bytes, over 15 MiB: not saved"
-        fi
+    _jit_save
+    ;;
+save-when-ready)
+    shift
+    for _log in "$@"; do
+        until [ -f "$_log" ] && grep -q "init engine" "$_log"; do sleep 5; done
     done
+    _jit_save
     ;;
 *)
-    echo "usage: jit_cache.sh restore|save" >&2
+    echo "usage: jit_cache.sh restore|save|save-when-ready LOG..." >&2
     ;;
 esac
