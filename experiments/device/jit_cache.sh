@@ -11,8 +11,10 @@
 #       pack ~/.triton/cache and ~/.cache/vllm/torch_compile_cache into
 #       $OUT/jit_triton.tar.xz and $OUT/jit_torch.tar.xz; an archive over
 #       15 MiB (a file coming back from $OUT may hold 16 MiB) is split into
-#       15 MiB parts, .part00, .part01, ... (at most MAX_PARTS, default 3:
-#       only 8 files come back from a call)
+#       15 MiB parts, .part00, .part01, ... (at most MAX_PARTS, default 1:
+#       a call's carry holds 64 MiB, 43 of them the slim vLLM of
+#       .carry/vllm026, so about 20 MiB are left for the caches; only 8
+#       files come back from a call)
 #   bash experiments/device/jit_cache.sh save-when-ready LOG [LOG ...] &
 #       the same, in the background, once every LOG says an engine is
 #       ready ("init engine"): the caches are complete then, and a call cut
@@ -38,7 +40,7 @@ _jit_save() {
             continue
         fi
         n=$(( (size + _part_bytes - 1) / _part_bytes ))
-        if [ "$n" -gt "${MAX_PARTS:-3}" ]; then
+        if [ "$n" -gt "${MAX_PARTS:-1}" ]; then
             echo "jit cache: jit_$name.tar.xz is $size bytes, $n parts of 15 MiB: not saved"
             continue
         fi
