@@ -5,16 +5,14 @@
 # DeltaNet kernels and torch.compile).
 #
 #   source experiments/device/jit_cache.sh restore
-#       unpack .carry/jit/*.tar.xz (and split archives, *.tar.xz.part*) into
-#       $HOME, and export TRITON_CACHE_AUTOTUNING=1
+#       unpack .carry/jit/*.tar.xz (if any) into $HOME, and export
+#       TRITON_CACHE_AUTOTUNING=1
 #   bash experiments/device/jit_cache.sh save
 #       pack ~/.triton/cache and ~/.cache/vllm/torch_compile_cache into
-#       $OUT/jit_triton.tar.xz and $OUT/jit_torch.tar.xz; an archive over
-#       15 MiB (a file coming back from $OUT may hold 16 MiB) is split into
-#       15 MiB parts, .part00, .part01, ... (at most MAX_PARTS, default 1:
-#       a call's carry holds 64 MiB, 43 of them the slim vLLM of
-#       .carry/vllm026, so about 20 MiB are left for the caches; only 8
-#       files come back from a call)
+#       $OUT/jit_triton.tar.xz and $OUT/jit_torch.tar.xz, each only when it
+#       is under 15 MiB (a file coming back from $OUT may hold 16 MiB; and a
+#       call's carry holds 64 MiB, 43 of them the slim vLLM of
+#       .carry/vllm026, so about 20 MiB are left for the caches)
 #   bash experiments/device/jit_cache.sh save-when-ready LOG [LOG ...] &
 #       the same, in the background, once every LOG says an engine is
 #       ready ("init engine"): the caches are complete then, and a call cut
@@ -23,44 +21,31 @@
 # Both ends need TRITON_CACHE_AUTOTUNING=1, so that autotuning results are
 # cached with the kernels.  After a call, copy the returned archives into
 # .carry/jit/ and name .carry/jit in the next call's carry list (with
-# .carry/vllm026 the working tree holds 20-50 MiB more).
+# .carry/vllm026 the working tree holds up to 20 MiB more).
 export TRITON_CACHE_AUTOTUNING=1
 _jit_dir=${JIT_CACHE_DIR:-.carry/jit}
-_part_bytes=$((15 * 1024 * 1024))
 
 _jit_save() {
-    local pair name src size n
+    local pair name src size
     for pair in triton:.triton/cache torch:.cache/vllm/torch_compile_cache; do
         name=${pair%%:*} src=${pair#*:}
         [ -d "$HOME/$src" ] || { echo "jit cache: no $src"; continue; }
         tar -cJf "/tmp/jit_$name.tar.xz" -C "$HOME" "$src"
         size=$(stat -c %s "/tmp/jit_$name.tar.xz")
-        if [ "$size" -le "$_part_bytes" ]; then
+        if [ "$size" -le $((15 * 1024 * 1024)) ]; then
             cp "/tmp/jit_$name.tar.xz" "$OUT/" && echo "jit cache: saved jit_$name.tar.xz ($size bytes)"
-            continue
+        else
+            echo "jit cache: jit_$name.tar.xz is $size bytes, over 15 MiB: not saved"
         fi
-        n=$(( (size + _part_bytes - 1) / _part_bytes ))
-        if [ "$n" -gt "${MAX_PARTS:-1}" ]; then
-            echo "jit cache: jit_$name.tar.xz is $size bytes, $n parts of 15 MiB: not saved"
-            continue
-        fi
-        split -b "$_part_bytes" -d -a 2 "/tmp/jit_$name.tar.xz" "$OUT/jit_$name.tar.xz.part"
-        echo "jit cache: saved jit_$name.tar.xz ($size bytes) in $n parts"
     done
 }
 
 case "${1:-}" in
 restore)
-    _found=0
-    for _f in "$_jit_dir"/*.tar.xz "$_jit_dir"/*.tar.xz.part00; do
-        [ -f "$_f" ] || continue
-        _found=1
-        case "$_f" in
-        *.part00) cat "${_f%00}"?? | tar -xJ -C "$HOME" && echo "jit cache: restored ${_f%.part00} (parts)" ;;
-        *) tar -xJf "$_f" -C "$HOME" && echo "jit cache: restored $_f ($(du -h "$_f" | cut -f1))" ;;
-        esac
+    for _f in "$_jit_dir"/*.tar.xz; do
+        [ -f "$_f" ] || { echo "jit cache: none in $_jit_dir"; break; }
+        tar -xJf "$_f" -C "$HOME" && echo "jit cache: restored $_f ($(du -h "$_f" | cut -f1))"
     done
-    [ "$_found" = 1 ] || echo "jit cache: none in $_jit_dir"
     ;;
 save)
     _jit_save

@@ -11,6 +11,7 @@ requests are being served."""
 import pytest
 import torch
 
+from tests.triton_launch_keys import record_cache_keys
 from vllm.model_executor.warmup import qwen_triton_warmup
 from vllm.third_party.flash_linear_attention.ops import (
     fused_gdn_prefill_post_conv as post_conv,
@@ -19,36 +20,10 @@ from vllm.third_party.flash_linear_attention.ops import (
 K = V = 128
 
 
-def _cache_key(kernel, args, kwargs):
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler.compiler import make_backend
-    from triton.runtime.jit import (
-        JITFunction,
-        compute_cache_key,
-        create_function_from_signature,
-    )
-
-    if not isinstance(kernel, JITFunction):
-        # Triton's interpreter wraps the function; rebuild the JIT function
-        # with the same decorator arguments.
-        kernel = JITFunction(kernel.fn, **kernel.kwargs)
-    backend = make_backend(GPUTarget("cuda", 90, 32))
-    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
-    _, specialization, options = binder(*args, **kwargs)
-    return compute_cache_key({}, specialization, options)
-
-
 @pytest.fixture
 def keys(monkeypatch):
     """The cache keys of the kernel's launches; the kernel does not run."""
-    recorded: list[str] = []
-    kernel = post_conv._fused_post_conv_kernel
-
-    def run(*args, grid, warmup, **kwargs):
-        recorded.append(_cache_key(kernel, args, kwargs))
-
-    monkeypatch.setattr(kernel, "run", run)
-    return recorded
+    return record_cache_keys(monkeypatch, post_conv._fused_post_conv_kernel)
 
 
 def _prefill_rows(h: int, hv: int, num_tokens: int, num_decodes: int):

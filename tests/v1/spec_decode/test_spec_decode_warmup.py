@@ -10,6 +10,7 @@ on an sm_90 GPU, computed without one.  A serving launch whose key the
 warm-up did not produce would compile while requests are being decoded."""
 
 import dataclasses
+import functools
 import types
 from unittest import mock
 
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.triton_launch_keys import record_cache_keys
 from tests.v1.sample.test_rejection_sampler import create_sampling_metadata
 from vllm.model_executor.warmup.v1_block_table_warmup import (
     warm_v1_block_table_groups,
@@ -40,42 +42,11 @@ DEVICE = torch.device("cpu")
 NUM_SPEC_TOKENS = 5
 
 
-def _cache_key(kernel, args, kwargs):
-    """The key under which Triton's JIT caches this launch's compiled
-    variant on an sm_90 GPU."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler.compiler import make_backend
-    from triton.runtime.jit import (
-        JITFunction,
-        compute_cache_key,
-        create_function_from_signature,
-    )
-
-    if not isinstance(kernel, JITFunction):
-        # Triton's interpreter wraps the function; rebuild the JIT function
-        # with the same decorator arguments.
-        kernel = JITFunction(kernel.fn, **kernel.kwargs)
-    backend = make_backend(GPUTarget("cuda", 90, 32))
-    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
-    _, specialization, options = binder(*args, **kwargs)
-    return compute_cache_key({}, specialization, options)
-
-
 @pytest.fixture
 def record(monkeypatch):
     """record(kernel) -> the cache keys of its launches from then on; the
     kernel itself does not run."""
-
-    def start(kernel):
-        keys = []
-
-        def run(*args, grid, warmup, **kwargs):
-            keys.append(_cache_key(kernel, args, kwargs))
-
-        monkeypatch.setattr(kernel, "run", run)
-        return keys
-
-    return start
+    return functools.partial(record_cache_keys, monkeypatch)
 
 
 def _dflash_proposer(max_tokens: int = 8192) -> DFlashProposer:
