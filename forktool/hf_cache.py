@@ -175,7 +175,10 @@ def offline_env(hf_home: Path) -> dict[str, str]:
 
 # Tests (pytest node id prefixes, relative to the suite's root) that run on
 # vLLM's CPU platform when no device platform was found.
-DEVICE_PLATFORM_TESTS = ("tests/v1/core/test_kv_cache_utils.py::",)
+DEVICE_PLATFORM_TESTS = (
+    "tests/v1/core/test_kv_cache_utils.py::",
+    "tests/v1/attention/test_gdn_spec_metadata.py::",
+)
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,7 @@
 # One GPU-suite stage by its pytest arguments (forktool/gpu_suite.txt), on the
 # device with the fork overlaid; upstream's test files come from
-# .carry/scripts/ut (copies from build/vllm-fork/tests).  Usage: call_stage.sh STAGE [LIMIT_S]
+# .carry/scripts/ut (copies from build/vllm-fork/tests; attention_utils.py is
+# tests/v1/attention/utils.py).  Usage: call_stage.sh STAGE [LIMIT_S]
 cd "$(dirname "$0")/../.."
 STAGE=$1; LIMIT=${2:-480}
 source .carry/vllm026/install.sh >/dev/null
@@ -18,6 +19,8 @@ for a in read_suite(Path("forktool/gpu_suite.txt"), sys.argv[1]):
     print(a)
 PY
 )
+# Upstream test helpers the fork's tests import (tests.v1.attention.utils).
+[ -f tests/v1/attention/utils.py ] || cp .carry/scripts/ut/attention_utils.py tests/v1/attention/utils.py
 echo "stage $STAGE: ${ARGS[*]}"
 T0=$(date +%s)
 set -o pipefail
