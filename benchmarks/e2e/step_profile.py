@@ -13,16 +13,21 @@ core) it drives vLLM's ``LLMEngine`` step by step:
    decodes, request B (32K) arrives; every step until B's first token is
    timed and the whole window is profiled (mixed steps);
 3. every Triton JIT compile that happens after the engine reported ready
-   (kernel name, constexprs, specialisation, and the phase it happened in).
+   (kernel name, constexprs, specialisation, and the phase it happened in);
+4. for the slowest mixed steps, where the host spent them: the Python
+   stacks of the engine's thread, sampled every few milliseconds (the
+   engine core runs in this process), most frequent first.
 
     python benchmarks/e2e/step_profile.py --kv int8-triton bf16-fa \\
         --model /path/to/tiny --context 131072
 """
 
+import collections
 import json
 import os
 import statistics
 import sys
+import threading
 import time
 
 from e2e_common import (
@@ -134,6 +139,56 @@ def _group(rows: list[dict]) -> dict[str, float]:
     return {k: round(v, 1) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
 
 
+class HostSampler:
+    """Samples one thread's Python stack every ``interval_s`` into per-step
+    counters (``step`` names the step being sampled), so that a step which
+    is slow on the host shows where it spent its time."""
+
+    def __init__(self, thread_id: int, interval_s: float = 0.005, depth: int = 10):
+        self.thread_id = thread_id
+        self.interval_s = interval_s
+        self.depth = depth
+        self.step = 0
+        self.counts: dict[int, collections.Counter] = collections.defaultdict(
+            collections.Counter
+        )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _stack(self) -> str | None:
+        frame = sys._current_frames().get(self.thread_id)
+        names = []
+        while frame is not None and len(names) < self.depth:
+            code = frame.f_code
+            names.append(
+                f"{os.path.basename(code.co_filename)}:{code.co_name}:{frame.f_lineno}"
+            )
+            frame = frame.f_back
+        return " <- ".join(names) if names else None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            stack = self._stack()
+            if stack is not None:
+                self.counts[self.step][stack] += 1
+
+    def __enter__(self) -> "HostSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def top(self, step: int, n: int = 8) -> list[dict]:
+        """The step's most frequent stacks (innermost frame first), with the
+        time they stand for."""
+        return [
+            {"ms": round(c * self.interval_s * 1e3, 1), "stack": stack}
+            for stack, c in self.counts[step].most_common(n)
+        ]
+
+
 def _step(engine) -> tuple[float, list]:
     t = time.perf_counter()
     outs = engine.step()
@@ -224,14 +279,19 @@ def worker(cfg: dict) -> dict:
     engine.add_request("B", {"prompt_token_ids": pb}, params(4))
     mixed = []
     t0 = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with (
+        profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof,
+        HostSampler(threading.get_ident()) as sampler,
+    ):
         while True:
+            sampler.step = len(mixed)
             dt, outs = _step(engine)
             mixed.append(dt)
             if any(o.request_id == "B" and len(o.outputs[0].token_ids) for o in outs):
                 break
         torch.accelerator.synchronize()
     b_ttft = time.perf_counter() - t0
+    slowest = sorted(range(len(mixed)), key=lambda i: -mixed[i])[:2]
     mixed_rows = _kernel_table(prof, len(mixed))
     jit.phase = "after-B"
     while engine.has_unfinished_requests():
@@ -244,11 +304,19 @@ def worker(cfg: dict) -> dict:
         "mixed_step_ms": [round(1e3 * x, 2) for x in mixed],
         "mixed_groups_us_per_step": _group(mixed_rows),
         "mixed_kernels": mixed_rows[:40],
+        "mixed_host_stacks": {
+            str(i): {"ms": round(1e3 * mixed[i], 2), "top": sampler.top(i)}
+            for i in slowest
+        },
     }
     log(
         f"{cfg['name']} concurrent: B TTFT {b_ttft:.3f}s, "
         f"steps ms {result['concurrent']['mixed_step_ms']}"
     )
+    for i in slowest:
+        for row in sampler.top(i, 3):
+            head = f"  mixed step {i} ({1e3 * mixed[i]:.0f} ms)"
+            log(f"{head}: {row['ms']} ms in {row['stack']}")
     result["jit_after_ready"] = jit.events
     log(
         f"{cfg['name']}: {len(jit.events)} JIT compiles after ready: "

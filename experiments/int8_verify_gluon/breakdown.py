@@ -11,7 +11,10 @@ geometry), on the lent GPU:
   * a torch-profiler split of one eager call into the split-KV kernel and its
     reduce (device time of each kernel).
   * with REDUCE_AB=1, the same call with `reduce_variant.py`'s one-pass
-    reduce in place of the series' (same process, alternating twice).
+    reduce in place of the series' (same process, alternating twice);
+  * with MERGE=path (a file `merge_variant.py` wrote), the call with that
+    verify kernel, whose consumers merge their partials in the program
+    (checked first against the series' output on ragged batches).
 Writes $OUT/breakdown.json and prints a short table last.
 
     python3 experiments/int8_verify_gluon/breakdown.py
@@ -32,9 +35,76 @@ from benchmarks.kernels import benchmark_int8_kv_attention as bench  # noqa: E40
 
 split_kv = bench.split_kv
 sys.path.insert(0, os.path.dirname(__file__))
-from reduce_variant import kernel_int8_split_kv_reduce_1pass  # noqa: E402
+from reduce_variant import (  # noqa: E402
+    WideReduce,
+    kernel_int8_split_kv_reduce_1pass,
+)
 
 SERIES_REDUCE = split_kv.kernel_int8_split_kv_reduce
+SERIES_VERIFY = split_kv.kernel_int8_split_kv_verify_wgmma
+
+
+def load_merge_variant(path, reduce_kernel=None):
+    """(verify, reduce) stand-ins for the merge variant in `path`, with the
+    series' reduce or `reduce_kernel`."""
+    import importlib.util
+
+    from merge_variant import MergedReduce, MergedVerify
+
+    spec = importlib.util.spec_from_file_location("merge_variant_kernel", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    reduce = MergedReduce(reduce_kernel or SERIES_REDUCE)
+    return MergedVerify(mod.kernel_int8_split_kv_verify_wgmma, reduce), reduce
+
+
+@contextlib.contextmanager
+def kernels(verify, reduce):
+    """Launch these wherever the series' launcher launches its verify
+    kernel and its reduce."""
+    split_kv.kernel_int8_split_kv_verify_wgmma = verify
+    split_kv.kernel_int8_split_kv_reduce = reduce
+    try:
+        yield
+    finally:
+        split_kv.kernel_int8_split_kv_verify_wgmma = SERIES_VERIFY
+        split_kv.kernel_int8_split_kv_reduce = SERIES_REDUCE
+
+
+def check_merge(args, merge) -> list[dict]:
+    """The merge variant's output against the series' on ragged cases."""
+    rows = []
+    for b, ctx, q, bs in [
+        (1, 1000, 6, 16),
+        (1, 1001, 6, 1600),
+        (2, 70, 8, 16),
+        (3, 4099, 8, 1600),
+        (1, 33, 6, 16),
+        (1, 997, 16, 16),
+        (4, 40000, 4, 16),
+    ]:
+        case = bench.Case(args, b, ctx, q, bs)
+        fn = bench.make_impls(case, args)["int8_split_kv"][0]
+        case.out.fill_(float("nan"))
+        fn(0)
+        ref = case.out.clone()
+        case.out.fill_(float("nan"))
+        with kernels(*merge):
+            fn(0)
+        torch.cuda.synchronize()
+        diff = (case.out.float() - ref.float()).abs().max() / ref.float().abs().max()
+        rows.append(
+            dict(
+                batch=b,
+                ctx=ctx,
+                q=q,
+                block=bs,
+                rel_max_diff=diff.item(),
+                finite=bool(torch.isfinite(case.out).all()),
+            )
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
 
 
 @contextlib.contextmanager
@@ -82,6 +152,14 @@ def main():
         calls=24,
     )
     results = []
+    merge = None
+    if os.environ.get("MERGE"):
+        merge = load_merge_variant(os.environ["MERGE"])
+        checks = check_merge(args, merge)
+        results.append({"merge_check": checks})
+        if not all(r["finite"] and r["rel_max_diff"] < 0.02 for r in checks):
+            print("MERGE CHECK FAILED: not timed", flush=True)
+            merge = None
     for spec in CASES.split(";"):
         b, ctx, q = (int(x) for x in spec.split(","))
         case = bench.Case(args, b, ctx, q, 16)
@@ -109,13 +187,25 @@ def main():
             variants["reduce1p"] = (geo, kernel_int8_split_kv_reduce_1pass)
             variants["series2"] = (geo, SERIES_REDUCE)
             variants["reduce1p2"] = (geo, kernel_int8_split_kv_reduce_1pass)
+            variants["wide"] = (geo, WideReduce())
+        if merge is not None:
+            variants["merge"] = (geo, merge)
+            variants["series3"] = (geo, (SERIES_VERIFY, SERIES_REDUCE))
+            variants["merge2"] = (geo, merge)
+            variants["merge1p"] = (
+                geo,
+                load_merge_variant(
+                    os.environ["MERGE"], kernel_int8_split_kv_reduce_1pass
+                ),
+            )
         for name, (g, reduce) in variants.items():
             fn = bench.make_impls(case, args, g)["int8_split_kv"][0]
+            swap = kernels(*reduce) if isinstance(reduce, tuple) else None
             try:
-                with reduce_kernel(reduce):
+                with swap or reduce_kernel(reduce):
                     us = bench.time_graph(fn, case.copies)
-                    if name in ("series", "reduce1p"):
-                        row["kernels" + name[6:]] = profile_split(fn)
+                    if name in ("series", "reduce1p", "merge"):
+                        row["kernels_" + name] = profile_split(fn)
                     if name == "reduce1p":
                         # Same output as the series' reduce on this case.
                         fn(0)
@@ -136,19 +226,33 @@ def main():
         json.dump(results, f, indent=1)
     print(
         "\nb ctx q | FA3 us | series us (seg) | seg/2 | seg*2 | "
-        "1-pass reduce (x2) vs series (x2) | kernels (eager us)"
+        "1-pass reduce (x2) vs series (x2) (wide) | kernels (eager us)"
     )
     for r in results:
         s = r.get("series", {})
-        ks = "; ".join(f"{k[:28]} {v}" for k, v in r.get("kernels", {}).items())
-        ks1 = "; ".join(f"{k[:28]} {v}" for k, v in r.get("kernels1p", {}).items())
-        ab = [r.get(n, {}).get("us") for n in ("reduce1p", "reduce1p2", "series2")]
+        if "merge_check" in r:
+            continue
+        ks = "; ".join(f"{k[:28]} {v}" for k, v in r.get("kernels_series", {}).items())
+        ks1 = "; ".join(
+            f"{k[:28]} {v}" for k, v in r.get("kernels_reduce1p", {}).items()
+        )
+        ab = [
+            r.get(n, {}).get("us") for n in ("reduce1p", "reduce1p2", "series2", "wide")
+        ]
         print(
             f"{r['batch']} {r['ctx']} {r['q']} | {r['fa_us']} | "
             f"{s.get('us')} ({s.get('segments')}) | "
             f"{r.get('seg/2', {}).get('us')} | {r.get('seg*2', {}).get('us')} | "
-            f"{ab[0]}, {ab[1]} vs {s.get('us')}, {ab[2]} | {ks} | 1p: {ks1}"
+            f"{ab[0]}, {ab[1]} vs {s.get('us')}, {ab[2]} (wide {ab[3]}) | {ks} | "
+            f"1p: {ks1}"
         )
+        if "merge" in r:
+            us = {n: r.get(n, {}).get("us") for n in ("merge", "merge2", "series3")}
+            print(
+                f"   merge: {us['merge']}, {us['merge2']} vs series "
+                f"{s.get('us')}, {us['series3']} (with the 1-pass reduce: "
+                f"{r.get('merge1p', {}).get('us')}) | {r.get('kernels_merge')}"
+            )
 
 
 if __name__ == "__main__":

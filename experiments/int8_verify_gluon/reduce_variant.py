@@ -16,7 +16,10 @@ kernel in the launcher's module for an A/B in one process):
   * one pass with an online merge: each chunk's maxima, sums and outputs are
     loaded together and folded into a running maximum, so with up to
     SEGMENT_CHUNK partials (every verify step up to 16 segments with
-    alternate tiles) the program waits on memory once.
+    alternate tiles) the program waits on memory once;
+  * `WideReduce` also gives each program a whole head when a token has at
+    most 8 partials (a batch of many requests), where the launcher's grid
+    runs 4 programs of 64 channels each over masked 32-row chunks.
 
     # CPU check against the series' reduce (Triton interpreter):
     CUDA_VISIBLE_DEVICES= TRITON_INTERPRET=1 .venv/bin/python \\
@@ -82,6 +85,32 @@ def kernel_int8_split_kv_reduce_1pass(
     )
 
 
+class WideReduce:
+    """The one-pass reduce with whole heads per program when a token has at
+    most WIDE_PARTIALS partials (batches of many requests: a few segments
+    each), else as launched.  Stands in for the series' kernel object:
+    ``WideReduce()[grid](*args, **kwargs)`` rewrites the grid and the
+    channel/segment blocks from the launcher's arguments."""
+
+    WIDE_PARTIALS = 8
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            num_partials = args[6]
+            if num_partials <= self.WIDE_PARTIALS:
+                grid_ = (grid[0], grid[1], 1)
+                kwargs = dict(
+                    kwargs,
+                    HEAD_BLOCK=kwargs["HEAD_SIZE"],
+                    SEGMENT_CHUNK=self.WIDE_PARTIALS,
+                )
+            else:
+                grid_ = grid
+            return kernel_int8_split_kv_reduce_1pass[grid_](*args, **kwargs)
+
+        return launch
+
+
 def _check(device: str) -> None:
     """Same output as the series' reduce on random partials with empty
     segments, a fully empty row, padding tokens, and 1-128 segments."""
@@ -113,6 +142,7 @@ def _check(device: str) -> None:
         for kernel in (
             split_kv.kernel_int8_split_kv_reduce,
             kernel_int8_split_kv_reduce_1pass,
+            WideReduce(),
         ):
             out = torch.full((padded, heads, hs), 7.0, device=device)
             kernel[(padded, heads, hs // 64)](
@@ -145,7 +175,7 @@ def _check(device: str) -> None:
             err = (out[:num_tokens].double() - ref).abs().max().item()
             assert err < 1e-4, (name, num_segments, err)
             assert (out[num_tokens] == 7.0).all(), (name, "padding written")
-        print(f"segments {num_segments}: both match the float64 merge")
+        print(f"segments {num_segments}: all three match the float64 merge")
 
 
 if __name__ == "__main__":

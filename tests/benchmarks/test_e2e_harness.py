@@ -680,6 +680,29 @@ def test_measure_turns_alternate_runs_and_stop_on_failure(tmp_path):
         serve_bench.MeasureTurns(path, 2, 2)
 
 
+def _sleep_in_a_named_function(seconds):
+    time.sleep(seconds)
+
+
+def test_host_sampler_attributes_each_step_to_its_stack():
+    """step_profile's host sampler: the step that sleeps in a known function
+    is attributed to that function, about as long as it slept, and a step
+    that does nothing has (almost) no samples."""
+    import threading
+
+    import step_profile
+
+    with step_profile.HostSampler(threading.get_ident(), interval_s=0.002) as s:
+        s.step = 0
+        _sleep_in_a_named_function(0.2)
+        s.step = 1
+        time.sleep(0.01)
+    top = s.top(0)
+    assert "test_e2e_harness.py:_sleep_in_a_named_function" in top[0]["stack"]
+    assert 100 <= top[0]["ms"] <= 260
+    assert sum(row["ms"] for row in s.top(1)) < 50
+
+
 def test_machine_sampler_summarises_the_decode_window():
     import serve_bench
 
