@@ -43,6 +43,7 @@ from vllm.v1.attention.ops.triton_int8_split_kv_attention import (
     Int8SplitKVGeometry,
     geometry_table,
     int8_split_kv_attention,
+    kernel_int8_split_kv_reduce,
     select_int8_split_kv_geometry,
 )
 from vllm.v1.attention.ops.triton_reshape_and_cache_flash import (
@@ -467,6 +468,62 @@ def test_int8_split_kv_fp16_and_padding_request():
     )
     torch.testing.assert_close(output[:2], ref[:2], atol=1.5e-2, rtol=1e-2)
     torch.testing.assert_close(output[2:], ref[2:], atol=1.5e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("num_partials", [2, 5, 32, 33, 128])
+@torch.inference_mode()
+def test_int8_split_kv_reduce_merges_partials(num_partials):
+    """The reduce kernel against a float64 log-sum-exp merge of the partials:
+    segments that saw no key (-inf, 0, 0) weigh nothing, a row that saw no
+    key at all comes out 0, and rows of padding tokens past the last request
+    are not written (their slots hold garbage)."""
+    torch.set_default_device(DEVICE_TYPE)
+    gen = torch.Generator(device=DEVICE_TYPE).manual_seed(num_partials)
+    num_tokens, padded, heads, head_size = 3, 4, 6, 128
+    n = padded * num_partials
+    segm_out = torch.randn(n, heads, head_size, generator=gen, device=DEVICE_TYPE)
+    segm_max = torch.randn(n, heads, generator=gen, device=DEVICE_TYPE) * 20
+    segm_expsum = torch.rand(n, heads, generator=gen, device=DEVICE_TYPE) + 0.1
+    empty = torch.rand(n, heads, generator=gen, device=DEVICE_TYPE) < 0.3
+    segm_max[empty] = float("-inf")
+    segm_expsum[empty] = 0.0
+    segm_out[empty] = 0.0
+    # Token 1, head 2: no segment saw a key.
+    none = slice(num_partials, 2 * num_partials)
+    segm_max[none, 2] = float("-inf")
+    segm_expsum[none, 2] = 0.0
+    segm_out[none, 2] = 0.0
+    # The padding token's slots were never written.
+    segm_max[num_tokens * num_partials :] = float("nan")
+    out = torch.full((padded, heads, head_size), 7.0, dtype=DTYPE)
+    kernel_int8_split_kv_reduce[(padded, heads, head_size // 64)](
+        out,
+        segm_out,
+        segm_max,
+        segm_expsum,
+        torch.tensor([0, num_tokens], dtype=torch.int32),
+        1,
+        num_partials,
+        num_query_heads=heads,
+        out_stride_0=out.stride(0),
+        out_stride_1=out.stride(1),
+        HEAD_SIZE=head_size,
+        HEAD_BLOCK=64,
+        SEGMENT_CHUNK=32,
+    )
+    rows = num_tokens * num_partials
+    m = segm_max[:rows].double().view(num_tokens, num_partials, heads)
+    w = torch.exp2(m - m.amax(1, keepdim=True).nan_to_num(0.0, 0.0, 0.0))
+    w = w.nan_to_num(0.0)
+    den = (w * segm_expsum[:rows].double().view(num_tokens, num_partials, heads)).sum(1)
+    num = (
+        segm_out[:rows].double().view(num_tokens, num_partials, heads, head_size)
+        * w[..., None]
+    ).sum(1)
+    ref = torch.where(den[..., None] > 0, num / den.clamp(min=1e-300)[..., None], 0.0)
+    assert (ref[1, 2] == 0).all()
+    torch.testing.assert_close(out[:num_tokens].double(), ref, atol=2e-2, rtol=1e-2)
+    assert (out[num_tokens] == 7.0).all()
 
 
 @pytest.mark.parametrize("v_scale", [1e-4, 1e3])
