@@ -313,9 +313,9 @@ def worker(cfg: dict) -> dict:
         f"{cfg['name']} concurrent: B TTFT {b_ttft:.3f}s, "
         f"steps ms {result['concurrent']['mixed_step_ms']}"
     )
-    for i in slowest:
-        for row in sampler.top(i, 3):
-            head = f"  mixed step {i} ({1e3 * mixed[i]:.0f} ms)"
+    for i, step in result["concurrent"]["mixed_host_stacks"].items():
+        for row in step["top"][:3]:
+            head = f"  mixed step {i} ({step['ms']:.0f} ms)"
             log(f"{head}: {row['ms']} ms in {row['stack']}")
     result["jit_after_ready"] = jit.events
     log(

@@ -44,9 +44,9 @@ SERIES_REDUCE = split_kv.kernel_int8_split_kv_reduce
 SERIES_VERIFY = split_kv.kernel_int8_split_kv_verify_wgmma
 
 
-def load_merge_variant(path, reduce_kernel=None):
+def load_merge_variant(path, base_reduce=None):
     """(verify, reduce) stand-ins for the merge variant in `path`, with the
-    series' reduce or `reduce_kernel`."""
+    series' reduce or `base_reduce`."""
     import importlib.util
 
     from merge_variant import MergedReduce, MergedVerify
@@ -54,7 +54,7 @@ def load_merge_variant(path, reduce_kernel=None):
     spec = importlib.util.spec_from_file_location("merge_variant_kernel", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    reduce = MergedReduce(reduce_kernel or SERIES_REDUCE)
+    reduce = MergedReduce(base_reduce or SERIES_REDUCE)
     return MergedVerify(mod.kernel_int8_split_kv_verify_wgmma, reduce), reduce
 
 
@@ -107,14 +107,9 @@ def check_merge(args, merge) -> list[dict]:
     return rows
 
 
-@contextlib.contextmanager
 def reduce_kernel(kernel):
     """Launch `kernel` wherever the series' launcher launches its reduce."""
-    split_kv.kernel_int8_split_kv_reduce = kernel
-    try:
-        yield
-    finally:
-        split_kv.kernel_int8_split_kv_reduce = SERIES_REDUCE
+    return kernels(SERIES_VERIFY, kernel)
 
 
 CASES = os.environ.get(

@@ -171,7 +171,7 @@ def _check(device: str) -> None:
         den = (w * e).sum(1)
         ref = (o * w[..., None]).sum(1) / den.clamp(min=1e-300)[..., None]
         ref[den == 0] = 0.0
-        for name, out in zip(("series", "1pass"), outs, strict=False):
+        for name, out in zip(("series", "1pass", "wide"), outs, strict=True):
             err = (out[:num_tokens].double() - ref).abs().max().item()
             assert err < 1e-4, (name, num_segments, err)
             assert (out[num_tokens] == 7.0).all(), (name, "padding written")
