@@ -1,8 +1,12 @@
 # Front door of the vLLM 0.26.0 fork.  `make install` then `make test` work on
 # a fresh machine with python3 (3.11+), git and network access to PyPI.
 PYTHON ?= python3
-VENV ?= .venv
+# BASE=<version>: an extra base of requirements/upstream.toml (patches/bases/),
+# with its own venv (the pinned upstream wheel and its torch).
+BASE ?=
+VENV ?= $(if $(BASE),.venv-$(BASE),.venv)
 PY := $(VENV)/bin/python
+FORKTOOL := $(PY) -m forktool $(if $(BASE),--base $(BASE))
 
 .PHONY: help venv install test test-tools test-fork test-commits test-gpu patches check status clean
 
@@ -14,6 +18,8 @@ help:
 	@echo "make patches   materialize the fork tree and export dist/patches/v0.26.0/NNNN-*.patch"
 	@echo "make check     series applies exactly, is canonical, passes upstream's lint"
 	@echo "make status    the series and the installed version"
+	@echo "BASE=0.33.0    any of the above on that extra base (its series: patches/bases/0.33.0/;"
+	@echo "               install: the pinned upstream wheel into .venv-0.33.0; test: check + each commit's own tests)"
 
 $(VENV)/.ready: requirements/fork-test.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,20 +29,24 @@ $(VENV)/.ready: requirements/fork-test.txt pyproject.toml
 venv: $(VENV)/.ready
 
 install: venv
-	$(PY) -m forktool install
+	$(FORKTOOL) install
 
+ifeq ($(BASE),)
 test: install test-tools check test-fork test-commits
+else
+test: install check test-commits
+endif
 
 test-tools: venv
 	$(PY) -m pytest -q -p no:cacheprovider forktool/tests
 
 test-fork: venv
-	$(PY) -m forktool test
+	$(FORKTOOL) test
 
 # Each commit's own tests against vLLM 0.26.0 plus the series up to that
 # commit (what a maintainer who cherry-picks it gets).
 test-commits: venv
-	$(PY) -m forktool test --each-commit
+	$(FORKTOOL) test --each-commit
 
 # CUDA machines with the fork installed (`make install`).  Fails when CUDA is
 # unusable, so a runner with a broken driver cannot pass; ALLOW_NO_GPU=1 skips.
@@ -50,14 +60,14 @@ test-gpu: venv
 	    $(if $(STAGE),--stage $(STAGE)) --time-limit $(GPU_TIME_LIMIT)
 
 patches: venv
-	$(PY) -m forktool materialize
-	$(PY) -m forktool export
+	$(FORKTOOL) materialize
+	$(FORKTOOL) export
 
 check: venv
-	$(PY) -m forktool check
+	$(FORKTOOL) check
 
 status: venv
-	$(PY) -m forktool status
+	$(FORKTOOL) status
 
 clean:
 	rm -rf build dist

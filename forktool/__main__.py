@@ -11,6 +11,12 @@ status       print the series and what is installed
 test         run the CPU suite (forktool/cpu_suite.txt) against the
              installed fork, from a copy of the fork tree's tests/;
              --each-commit: each commit's own tests at that commit
+
+--base VERSION selects an extra base of requirements/upstream.toml
+([bases."VERSION"]): its series is patches/bases/VERSION/series, its tree
+build/vllm-fork-VERSION, its export dist/patches/vVERSION.  On such a base,
+install puts the pinned upstream wheel into this Python (create one venv per
+base), and test runs each commit's own tests at that commit.
 """
 
 from __future__ import annotations
@@ -46,38 +52,41 @@ def _ensure_tree(args, pin) -> Path:
     exists says nothing about whether the pin still names its sdist."""
     verify_pin(args.root, pin, args.sdist, args.wheel)
     tree = _tree(args)
-    if not gitops.is_current(args.root, tree, pin):
+    if not gitops.is_current(args.root, tree, pin, args.base):
         sdist = fetch_sdist(args.root, pin, args.sdist)
-        head = gitops.materialize(args.root, pin, sdist, tree)
+        head = gitops.materialize(args.root, pin, sdist, tree, args.base)
         print(f"materialized {tree} at {head[:12]}")
     return tree
 
 
 def cmd_materialize(args) -> int:
-    pin = read_pin(args.root)
+    pin = read_pin(args.root, args.base)
     sdist = fetch_sdist(args.root, pin, args.sdist)
-    head = gitops.materialize(args.root, pin, sdist, _tree(args))
-    n = len(read_series(args.root).patches)
+    head = gitops.materialize(args.root, pin, sdist, _tree(args), args.base)
+    n = len(read_series(args.root, args.base).patches)
     print(f"materialized {_tree(args)}: {pin.tag} + {n} commits, HEAD {head[:12]}")
     return 0
 
 
 def cmd_save(args) -> int:
-    pin = read_pin(args.root)
-    names = gitops.save(args.root, _tree(args), pin.tag)
+    pin = read_pin(args.root, args.base)
+    names = gitops.save(args.root, _tree(args), pin.tag, args.base)
     write_table(args.root, read_series(args.root))
-    print(f"saved {len(names)} commits into {args.root / 'patches'}")
+    where = args.root / "patches"
+    if args.base:
+        where = where / "bases" / args.base
+    print(f"saved {len(names)} commits into {where}")
     for n in names:
         print(f"  {n}")
     return 0
 
 
 def cmd_export(args) -> int:
-    pin = read_pin(args.root)
+    pin = read_pin(args.root, args.base)
     tree = _ensure_tree(args, pin)
     dest = Path(args.dest or args.root / "dist" / "patches" / pin.tag).resolve()
     dest.parent.mkdir(parents=True, exist_ok=True)
-    series = read_series(args.root)
+    series = read_series(args.root, args.base)
     files = gitops.export(tree, pin.tag, dest, series.num_upstream)
     kept = len(series.patches) - series.num_upstream
     print(
@@ -90,6 +99,12 @@ def cmd_export(args) -> int:
 
 
 def cmd_build(args) -> Path:
+    if args.base:
+        raise ForkError(
+            f"base {args.base} has no fork wheel: its tests run each commit's "
+            "Python over the pinned upstream wheel (`forktool --base "
+            f"{args.base} install` installs that wheel)"
+        )
     pin = read_pin(args.root)
     tree = _ensure_tree(args, pin)
     wheel = fetch_wheel(args.root, pin, args.wheel)
@@ -122,8 +137,14 @@ def _installed_vllm() -> importlib.metadata.Distribution | None:
 def cmd_install(args) -> int:
     """Build the fork wheel and install it when the installed vllm is not
     exactly its files (another version, or the same version string with
-    other bytes, which pip alone would keep)."""
-    out = cmd_build(args)
+    other bytes, which pip alone would keep).  On an extra base: the
+    pinned upstream wheel, verified, with its dependencies."""
+    if args.base:
+        pin = read_pin(args.root, args.base)
+        _ensure_tree(args, pin)
+        out = fetch_wheel(args.root, pin, args.wheel)
+    else:
+        out = cmd_build(args)
     version = out.name.split("-")[1]
     if wheel_is_installed(out, _installed_vllm()):
         print(f"vllm {version} is installed in {sys.prefix} (same files)")
@@ -140,8 +161,8 @@ def cmd_install(args) -> int:
 
 
 def cmd_check(args) -> int:
-    pin = read_pin(args.root)
-    series = read_series(args.root)
+    pin = read_pin(args.root, args.base)
+    series = read_series(args.root, args.base)
     tree = _ensure_tree(args, pin)
     problems = run_check(args.root, series, tree, pin.tag)
     for p in problems:
@@ -165,14 +186,19 @@ def cmd_table(args) -> int:
 
 
 def cmd_status(args) -> int:
-    pin = read_pin(args.root)
-    series = read_series(args.root)
+    pin = read_pin(args.root, args.base)
+    series = read_series(args.root, args.base)
     print(
         f"vLLM fork of {pin.name} {pin.version} ({pin.tag}), "
         f"{len(series.patches)} commits:"
     )
-    for i, p in enumerate(series.patches, 1):
-        print(f"  {i:04d} [{p.headers['Upstream-Status']}] {p.subject}")
+    if series.entries is None:
+        for i, p in enumerate(series.patches, 1):
+            print(f"  {i:04d} [{p.headers['Upstream-Status']}] {p.subject}")
+    else:
+        for e in series.entries:
+            note = f": {e.note}" if e.note else ""
+            print(f"  {e.name[:4]} [{e.kind}{note}]")
     try:
         installed = importlib.metadata.version("vllm")
     except importlib.metadata.PackageNotFoundError:
@@ -182,9 +208,13 @@ def cmd_status(args) -> int:
 
 
 def cmd_test(args) -> int:
-    pin = read_pin(args.root)
+    pin = read_pin(args.root, args.base)
     tree = _ensure_tree(args, pin)
-    expected = fork_version(pin, tree)
+    if args.base:
+        if args.gpu:
+            raise ForkError(f"base {args.base}: only the CPU tests of each commit run")
+        args.each_commit = args.each_commit or not args.at
+    expected = pin.version if args.base else fork_version(pin, tree)
     try:
         installed = importlib.metadata.version("vllm")
     except importlib.metadata.PackageNotFoundError:
@@ -192,7 +222,9 @@ def cmd_test(args) -> int:
     if installed != expected:
         raise ForkError(
             f"installed vllm is {installed}, the series builds {expected}; "
-            "run `make install` first"
+            "run `make install"
+            + (f" BASE={args.base}" if args.base else "")
+            + "` first"
         )
     if (args.each_commit or args.at) and args.gpu:
         raise ForkError("--each-commit / --at run the CPU tests only")
@@ -335,7 +367,15 @@ def main(argv: list[str] | None = None) -> int:
         help="fork repository (default: this checkout)",
     )
     parser.add_argument(
-        "--tree", default=None, help="materialized repo (default: ROOT/build/vllm-fork)"
+        "--base",
+        default=None,
+        metavar="VERSION",
+        help="an extra base of requirements/upstream.toml (default: the primary)",
+    )
+    parser.add_argument(
+        "--tree",
+        default=None,
+        help="materialized repo (default: ROOT/build/vllm-fork[-VERSION])",
     )
     parser.add_argument(
         "--sdist",
@@ -393,9 +433,14 @@ def main(argv: list[str] | None = None) -> int:
     exp.add_argument("--dest", default=None)
     args = parser.parse_args(argv)
     args.root = args.root.resolve()
-    args.tree = args.tree or str(args.root / "build" / "vllm-fork")
     handler = globals()[f"cmd_{args.cmd}"]
     try:
+        if args.base is not None and args.base == read_pin(args.root).version:
+            args.base = None  # the primary base
+        if args.base is not None:
+            read_pin(args.root, args.base)  # names a base of the pin file
+        tree = "vllm-fork" + (f"-{args.base}" if args.base else "")
+        args.tree = args.tree or str(args.root / "build" / tree)
         result = handler(args)
     except ForkError as e:
         print(f"forktool {args.cmd}: error: {e}", file=sys.stderr)

@@ -20,7 +20,19 @@ from datetime import datetime
 from pathlib import Path
 
 from .errors import ForkError
-from .series import META_FIELDS, Patch, Series, parse_headers, read_series, slugify
+from .series import (
+    AS_IS,
+    DROPPED,
+    META_FIELDS,
+    TO_PORT,
+    VARIANT,
+    Patch,
+    Series,
+    base_dir,
+    parse_headers,
+    read_series,
+    slugify,
+)
 from .upstream import Pin
 
 NOTES_REF = "refs/notes/fork"
@@ -87,7 +99,7 @@ def series_digest(series: Series, pin: Pin) -> str:
     for p in series.patches:
         h.update((series.root / "patches" / p.name).read_bytes())
         for f in p.added_files:
-            h.update(f.encode() + b"\0" + (series.root / f).read_bytes())
+            h.update(f.encode() + b"\0" + series.source(f).read_bytes())
     return h.hexdigest()
 
 
@@ -168,7 +180,7 @@ def _apply(repo: Path, patch: Patch) -> None:
     )
 
 
-def _commit(repo: Path, root: Path, patch: Patch) -> str:
+def _commit(repo: Path, series: Series, patch: Patch) -> str:
     for f in patch.added_files:
         dst = repo / f
         if (
@@ -180,7 +192,7 @@ def _commit(repo: Path, root: Path, patch: Patch) -> str:
                 "edits to existing files belong in the patch's diff"
             )
         dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(root / f, dst)
+        shutil.copy2(series.source(f), dst)
         git(repo, "add", "-f", f)
     env = _ident_env(patch.author, patch.date)
     git(repo, "commit", "-q", "--allow-empty", "-F", "-", input=patch.message, env=env)
@@ -200,15 +212,18 @@ def _commit(repo: Path, root: Path, patch: Patch) -> str:
     return head
 
 
-def materialize(root: Path, pin: Pin, sdist: Path, out: Path) -> str:
+def materialize(
+    root: Path, pin: Pin, sdist: Path, out: Path, base: str | None = None
+) -> str:
     """Build ``out``: pristine tree tagged ``pin.tag`` + one commit per patch.
 
     Everything happens in a temporary folder beside ``out``; ``out`` is only
     replaced once every patch applied, so a failure leaves the previous tree
     (or nothing) and never a half-applied tree that looks finished.
-    Returns the HEAD commit id.
+    Returns the HEAD commit id.  ``base`` names an extra base, whose series
+    (``patches/bases/<base>/series``) is applied instead of the primary one.
     """
-    series = read_series(root)
+    series = read_series(root, base)
     out.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_partials(out)
     tmp = Path(
@@ -235,7 +250,7 @@ def materialize(root: Path, pin: Pin, sdist: Path, out: Path) -> str:
         git(tmp, "tag", pin.tag)
         for patch in series.patches:
             _apply(tmp, patch)
-            _commit(tmp, root, patch)
+            _commit(tmp, series, patch)
         (tmp / STAMP).write_text(series_digest(series, pin) + "\n")
         head = git(tmp, "rev-parse", "HEAD").stdout.strip()
         if out.exists():
@@ -268,13 +283,13 @@ def _remove_stale_partials(out: Path) -> None:
         shutil.rmtree(partial, ignore_errors=True)
 
 
-def is_current(root: Path, tree: Path, pin: Pin) -> bool:
+def is_current(root: Path, tree: Path, pin: Pin, base: str | None = None) -> bool:
     """Whether ``tree`` was materialized from the pin and series as they are
     now."""
     stamp = tree / STAMP
     if not stamp.is_file():
         return False
-    return stamp.read_text().strip() == series_digest(read_series(root), pin)
+    return stamp.read_text().strip() == series_digest(read_series(root, base), pin)
 
 
 def series_commits(tree: Path, tag: str) -> list[str]:
@@ -335,20 +350,13 @@ def _meta_of(tree: Path, commit: str) -> tuple[dict[str, str], list[str]]:
     return parse_headers(lines, f"note of {commit[:12]}")
 
 
-def save(root: Path, tree: Path, tag: str) -> list[str]:
-    """Write the commits ``tag..HEAD`` of ``tree`` back into ``root``.
-
-    Diffs against files that exist in a commit's parent go into
-    ``patches/NNNN-<subject>.patch``; files a commit creates are copied to
-    their upstream paths and listed under Added-Files.  Fork metadata comes
-    from the commit's git note (new commits default to Upstream-Status:
-    Pending).  Returns the names written to ``patches/series``.
-    """
-    commits = series_commits(tree, tag)
-    old = read_series(root) if (root / "patches" / "series").exists() else None
-    patches: list[Patch] = []
+def _read_commits(tree: Path, tag: str) -> list[tuple[Patch, dict[str, bytes], str]]:
+    """The commits ``tag..HEAD`` of ``tree`` as patches (named by position
+    and subject, metadata from their notes), each with the files it adds
+    and its commit id."""
+    out = []
     previous_date = None
-    for i, c in enumerate(commits, 1):
+    for i, c in enumerate(series_commits(tree, tag), 1):
         fmt = git(tree, "log", "-1", "--format=%an <%ae>%n%aI%n%B", c).stdout
         author, date, message = fmt.split("\n", 2)
         date = in_order(date, previous_date)
@@ -368,11 +376,32 @@ def save(root: Path, tree: Path, tag: str) -> list[str]:
         headers = {"Subject": subject.strip(), "From": author, "Date": date}
         headers.update({k: v for k, v in meta.items() if k in META_FIELDS})
         name = f"{i:04d}-{slugify(subject)}.patch"
-        patches.append(Patch(name, headers, body.strip("\n"), diff, sorted(added)))
-        for f in added:
+        files = {f: git(tree, "show", f"{c}:{f}", text=False).stdout for f in added}
+        patch = Patch(name, headers, body.strip("\n"), diff, sorted(added))
+        out.append((patch, files, c))
+    return out
+
+
+def save(root: Path, tree: Path, tag: str, base: str | None = None) -> list[str]:
+    """Write the commits ``tag..HEAD`` of ``tree`` back into ``root``.
+
+    Diffs against files that exist in a commit's parent go into
+    ``patches/NNNN-<subject>.patch``; files a commit creates are copied to
+    their upstream paths and listed under Added-Files.  Fork metadata comes
+    from the commit's git note (new commits default to Upstream-Status:
+    Pending).  Returns the names written to ``patches/series``.  With
+    ``base``, the tree is that base's and :func:`save_base` writes it.
+    """
+    if base is not None:
+        return save_base(root, tree, tag, base)
+    old = read_series(root) if (root / "patches" / "series").exists() else None
+    commits = _read_commits(tree, tag)
+    patches = [patch for patch, _, _ in commits]
+    for _, files, _ in commits:
+        for f, data in files.items():
             dst = root / f
             dst.parent.mkdir(parents=True, exist_ok=True)
-            dst.write_bytes(git(tree, "show", f"{c}:{f}", text=False).stdout)
+            dst.write_bytes(data)
     new_added = {f for p in patches for f in p.added_files}
     if old is not None:
         for f in set(old.added_files) - new_added:
@@ -386,3 +415,141 @@ def save(root: Path, tree: Path, tag: str) -> list[str]:
         + "".join(p.name + "\n" for p in patches)
     )
     return [p.name for p in patches]
+
+
+BASE_SERIES_HEADER = """\
+# Every commit of patches/series, in its order, on this base: its file name
+# (a variant when this folder holds a patch of that name, else unchanged),
+# 'drop <patch>: <the upstream change that absorbed it>' or
+# 'todo <patch>: <what is left to port>'.  Written by `forktool --base <v> save`.
+"""
+
+
+def _gives(tree: Path, commit: str, diff: str) -> bool:
+    """Whether ``diff`` applied to ``commit``'s parent (at whatever offset)
+    gives ``commit``'s versions of the files it changes."""
+    changed = set(_DIFF_PATH_RE.findall(diff))
+    status = git(tree, "diff", "--no-renames", "--name-status", f"{commit}^", commit)
+    ours = {
+        line.split("\t", 1)[1]
+        for line in status.stdout.splitlines()
+        if not line.startswith("A\t")
+    }
+    if changed != ours:
+        return False
+    if not diff:
+        return True
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        git(tree, "read-tree", f"{commit}^", env=env)
+        path = Path(tmp) / "patch.diff"
+        path.write_text(diff)
+        applied = git(
+            tree,
+            "apply",
+            "--cached",
+            "--whitespace=nowarn",
+            str(path),
+            env=env,
+            check=False,
+        )
+        if applied.returncode != 0:
+            return False
+        same = git(
+            tree,
+            "diff",
+            "--cached",
+            "--quiet",
+            commit,
+            "--",
+            *changed,
+            env=env,
+            check=False,
+        )
+        return same.returncode == 0
+
+
+_DIFF_PATH_RE = re.compile(r"^diff --git a/\S+ b/(\S+)$", re.MULTILINE)
+
+
+def save_base(root: Path, tree: Path, tag: str, base: str) -> list[str]:
+    """Write an extra base's tree back: each commit is matched to the
+    primary commit with its subject; one that equals the primary patch
+    (message, diff and added files) is listed as it is, any other becomes
+    this base's variant (``patches/bases/<base>/<name>``, added files that
+    differ under ``files/``).  Primary commits the tree lacks keep their
+    drop/todo line.  Returns the names of the commits written."""
+    primary = read_series(root)
+    old = read_series(root, base)
+    folder = base_dir(root, base)
+    by_subject = {p.subject: p for p in primary.patches}
+    order = {p.name: i for i, p in enumerate(primary.patches)}
+    kept = {e.name: e for e in old.entries or [] if e.kind in (DROPPED, TO_PORT)}
+    active: dict[str, tuple[Patch, dict[str, bytes], str]] = {}
+    last = -1
+    for patch, files, commit in _read_commits(tree, tag):
+        ref = by_subject.get(patch.subject)
+        if ref is None:
+            raise ForkError(
+                f"{tree}: commit {patch.subject!r} has no commit of that subject "
+                "in patches/series; a base carries the primary series' commits"
+            )
+        if order[ref.name] < last:
+            raise ForkError(f"{tree}: {ref.subject!r} is out of the primary order")
+        last = order[ref.name]
+        patch.name = ref.name
+        active[ref.name] = (patch, files, commit)
+    for e in old.entries or []:
+        if e.kind in (AS_IS, VARIANT) and e.name not in active:
+            raise ForkError(
+                f"{tree} lacks {e.name}, which {folder / 'series'} lists; write "
+                f"'drop {e.name}: <reason>' or 'todo {e.name}: <what is left>' there "
+                "first"
+            )
+    variants = {}
+    for ref in primary.patches:
+        if ref.name not in active:
+            continue
+        patch, files, commit = active[ref.name]
+        same_files = patch.added_files == ref.added_files and all(
+            (root / f).is_file() and (root / f).read_bytes() == data
+            for f, data in files.items()
+        )
+        if (
+            same_files
+            and _gives(tree, commit, ref.diff)
+            and patch.body == ref.body
+            and patch.author == ref.author
+        ):
+            continue  # the primary commit, unchanged
+        if not patch.headers.get("Base-Note"):
+            raise ForkError(
+                f"{tree}: {patch.subject!r} differs from patches/{ref.name}, so it "
+                "is a variant and needs a Base-Note (what differs on this base, "
+                f"and why): git notes --ref {NOTES_REF} append -m 'Base-Note: ...' "
+                "<commit>"
+            )
+        variants[ref.name] = (patch, files)
+    # Rewrite the folder: variants and their own files.
+    for f in folder.glob("*.patch"):
+        f.unlink()
+    shutil.rmtree(folder / "files", ignore_errors=True)
+    lines = []
+    for ref in primary.patches:
+        if ref.name not in active:
+            lines.append(kept[ref.name].line())
+            continue
+        lines.append(ref.name)
+        if ref.name not in variants:
+            continue
+        patch, files = variants[ref.name]
+        for f, data in files.items():
+            if not (root / f).is_file() or (root / f).read_bytes() != data:
+                dst = folder / "files" / f
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                dst.write_bytes(data)
+        (folder / ref.name).write_text(patch.render())
+    (folder / "series").write_text(
+        BASE_SERIES_HEADER + "".join(line + "\n" for line in lines)
+    )
+    return list(active)

@@ -39,11 +39,19 @@ HEADER_ORDER = (
     "Why",
     "Effect",
     "Removal",
+    "Base-Note",
     "Added-Files",
 )
 REQUIRED = ("Subject", "From", "Date", "Upstream-Status")
 # Fork metadata: kept with the patch and in git notes, never in the commit.
-META_FIELDS = ("Upstream-Status", "Why", "Effect", "Removal", "Added-Files")
+META_FIELDS = (
+    "Upstream-Status",
+    "Why",
+    "Effect",
+    "Removal",
+    "Base-Note",
+    "Added-Files",
+)
 STATUS_RE = re.compile(r"^(Pending|Forwarded \S+|Accepted \S+|Fork-only .+)$")
 # Upstream's subject tags: "[Bugfix]", "[Perf][Spec Decode]" (words inside a
 # tag are single-space separated).
@@ -176,6 +184,22 @@ class Series:
 
     root: Path
     patches: list[Patch]
+    # Another base's series (patches/bases/<version>/): every commit of the
+    # primary series with what happened to it there, in the primary order.
+    base: str | None = None
+    entries: list[BaseEntry] | None = None
+
+    @property
+    def files_dir(self) -> Path | None:
+        """Where a base keeps its variants' added files that differ."""
+        return base_dir(self.root, self.base) / "files" if self.base else None
+
+    def source(self, path: str) -> Path:
+        """The file an added ``path`` is copied from: the base's own copy
+        (only variants have one), else the repository's upstream path."""
+        if self.files_dir is not None and (self.files_dir / path).is_file():
+            return self.files_dir / path
+        return self.root / path
 
     @property
     def num_upstream(self) -> int:
@@ -201,13 +225,38 @@ class Series:
         return {f: p.name for p in self.patches for f in p.added_files}
 
 
-def read_series(root: Path) -> Series:
+# What happened to a commit of the primary series on another base.
+AS_IS, VARIANT, DROPPED, TO_PORT = "as-is", "variant", "dropped", "to port"
+_ENTRY_WORDS = {"drop": DROPPED, "todo": TO_PORT}
+
+
+@dataclasses.dataclass(frozen=True)
+class BaseEntry:
+    """One line of a base's series: a primary commit's fate on that base."""
+
+    name: str  # the primary patch's file name
+    kind: str  # AS_IS, VARIANT, DROPPED or TO_PORT
+    note: str  # the variant's Base-Note, or why dropped / what is left
+
+    def line(self) -> str:
+        word = {v: k for k, v in _ENTRY_WORDS.items()}.get(self.kind)
+        return f"{word} {self.name}: {self.note}" if word else self.name
+
+
+def base_dir(root: Path, base: str) -> Path:
+    return root / "patches" / "bases" / base
+
+
+def read_series(root: Path, base: str | None = None) -> Series:
     """Load and validate the series without touching anything.
 
     Raises ForkError for a missing series file or patch, malformed headers,
     an added file listed by two commits, or an added file that is missing
-    from the repository.
+    from the repository.  With ``base``, the series of that extra base
+    (:func:`_read_base_series`).
     """
+    if base is not None:
+        return _read_base_series(root, base)
     series_file = root / "patches" / "series"
     if not series_file.is_file():
         raise ForkError(f"{series_file}: series file not found")
@@ -220,7 +269,6 @@ def read_series(root: Path) -> Series:
             raise ForkError(f"{series_file}:{n}: {line} listed twice")
         names.append(line)
     patches = []
-    owners: dict[str, str] = {}
     for name in names:
         path = root / "patches" / name
         if not path.is_file():
@@ -229,6 +277,21 @@ def read_series(root: Path) -> Series:
                 f"but {path} does not exist"
             )
         patch = parse_patch(path)
+        if patch.headers.get("Base-Note"):
+            raise ForkError(
+                f"{path}: Base-Note belongs to a variant in patches/bases/<version>/"
+            )
+        patches.append(patch)
+    series = Series(root, patches)
+    _validate(series, lambda p: root / "patches" / p.name)
+    return series
+
+
+def _validate(series: Series, path_of) -> None:
+    """Upstream-Status values, one owner per added file, added files present."""
+    owners: dict[str, str] = {}
+    for patch in series.patches:
+        path = path_of(patch)
         if not STATUS_RE.match(patch.headers["Upstream-Status"]):
             raise ForkError(
                 f"{path}: Upstream-Status must be 'Pending', 'Forwarded <url>', "
@@ -237,21 +300,143 @@ def read_series(root: Path) -> Series:
             )
         for f in patch.added_files:
             if f in owners:
-                if owners[f] == name:
-                    raise ForkError(f"{name}: added file {f} is listed twice")
+                if owners[f] == patch.name:
+                    raise ForkError(f"{patch.name}: added file {f} is listed twice")
                 raise ForkError(
-                    f"added file {f} is listed by two commits: {owners[f]} and {name}"
+                    f"added file {f} is listed by two commits: {owners[f]} "
+                    f"and {patch.name}"
                 )
-            owners[f] = name
+            owners[f] = patch.name
             if not f.startswith(ADDED_ROOTS) or ".." in Path(f).parts:
                 raise ForkError(
                     f"{path}: added file {f} must live under one of "
                     f"{', '.join(ADDED_ROOTS)}"
                 )
-            if not (root / f).is_file():
-                raise ForkError(f"{path}: added file {f} is missing from {root}")
-        patches.append(patch)
-    return Series(root, patches)
+            if not series.source(f).is_file():
+                raise ForkError(f"{path}: added file {f} is missing from {series.root}")
+
+
+def _parse_entry(line: str, where: str) -> tuple[str, str, str]:
+    """(name, kind, note) of one base-series line."""
+    word, _, rest = line.partition(" ")
+    if word in _ENTRY_WORDS:
+        name, sep, note = rest.partition(":")
+        if not sep or not note.strip():
+            raise ForkError(
+                f"{where}: '{word} <patch>: <reason>' needs its reason "
+                "(for a drop, name the upstream change that absorbed the commit)"
+            )
+        return name.strip(), _ENTRY_WORDS[word], note.strip()
+    if " " in line:
+        raise ForkError(
+            f"{where}: not a base-series line: {line!r} (a primary patch's file "
+            "name, or 'drop <patch>: <reason>', or 'todo <patch>: <what is left>')"
+        )
+    return line, "", ""
+
+
+def _read_base_series(root: Path, base: str) -> Series:
+    """The series of an extra base: ``patches/bases/<base>/series`` names
+    every commit of the primary series, in its order, one line each:
+
+    ``NNNN-x.patch``
+        the commit, on that base.  If ``patches/bases/<base>/NNNN-x.patch``
+        exists it is this base's variant (its own body and diff; same
+        Subject, and a ``Base-Note:`` saying what differs and why), else the
+        primary patch applies there unchanged.
+    ``drop NNNN-x.patch: <reason>``
+        not needed on that base (name the upstream change that absorbed it).
+    ``todo NNNN-x.patch: <what is left>``
+        not ported yet.
+
+    Added files of a variant that differ from the repository's copy live at
+    ``patches/bases/<base>/files/<upstream path>``.
+    """
+    primary = read_series(root)
+    folder = base_dir(root, base)
+    series_file = folder / "series"
+    if not series_file.is_file():
+        raise ForkError(f"{series_file}: series file of base {base} not found")
+    order = {p.name: i for i, p in enumerate(primary.patches)}
+    by_name = {p.name: p for p in primary.patches}
+    entries: list[BaseEntry] = []
+    patches: list[Patch] = []
+    last = -1
+    for n, raw in enumerate(series_file.read_text().splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        where = f"{series_file}:{n}"
+        name, kind, note = _parse_entry(line, where)
+        if name not in order:
+            raise ForkError(f"{where}: {name} is not a patch of patches/series")
+        if any(e.name == name for e in entries):
+            raise ForkError(f"{where}: {name} listed twice")
+        if order[name] < last:
+            raise ForkError(f"{where}: {name} is out of the primary series' order")
+        last = order[name]
+        if not kind:
+            variant = folder / name
+            if variant.is_file():
+                patch = parse_patch(variant)
+                if patch.subject != by_name[name].subject:
+                    raise ForkError(
+                        f"{variant}: Subject differs from patches/{name}'s; a "
+                        "variant is the same commit on another base"
+                    )
+                if not patch.headers.get("Base-Note"):
+                    raise ForkError(
+                        f"{variant}: a variant needs a Base-Note: header (what "
+                        "differs on this base, and why)"
+                    )
+                kind, note = VARIANT, patch.headers["Base-Note"]
+            else:
+                patch, kind = by_name[name], AS_IS
+            patches.append(patch)
+        entries.append(BaseEntry(name, kind, note))
+    listed = {e.name for e in entries}
+    missing = [p.name for p in primary.patches if p.name not in listed]
+    if missing:
+        raise ForkError(
+            f"{series_file}: no line for {', '.join(missing)}; every commit of "
+            "patches/series needs one (as-is or variant, drop or todo)"
+        )
+    stray = sorted(
+        f.name
+        for f in folder.glob("*.patch")
+        if not any(e.name == f.name and e.kind == VARIANT for e in entries)
+    )
+    if stray:
+        raise ForkError(
+            f"{folder}: {', '.join(stray)} is not a variant the series uses; "
+            "remove it, or list it in the base's series"
+        )
+    series = Series(root, patches, base=base, entries=entries)
+    variant_files = {
+        f for p, e in _active(series) if e.kind == VARIANT for f in p.added_files
+    }
+    files_dir = series.files_dir
+    if files_dir.is_dir():
+        for f in sorted(files_dir.rglob("*")):
+            rel = f.relative_to(files_dir).as_posix()
+            if f.is_file() and rel not in variant_files:
+                raise ForkError(
+                    f"{f}: no variant of base {base} adds {rel}; a base's own "
+                    "copy of an added file belongs to a variant that adds it"
+                )
+    _validate(
+        series,
+        lambda p: folder / p.name
+        if (folder / p.name).is_file()
+        else root / "patches" / p.name,
+    )
+    return series
+
+
+def _active(series: Series) -> list[tuple[Patch, BaseEntry]]:
+    """A base series' commits with their entries (drops and todos left out)."""
+    active = [e for e in series.entries or [] if e.kind in (AS_IS, VARIANT)]
+    return list(zip(series.patches, active, strict=True))
 
 
 def unclaimed_files(root: Path, tracked: list[str], series: Series) -> list[str]:

@@ -36,25 +36,57 @@ class Pin:
     local_label: str
 
 
-def read_pin(root: Path) -> Pin:
+def _pin_of(table: dict, local_label: str) -> Pin:
+    return Pin(
+        name=table["name"],
+        version=table["version"],
+        tag=table["tag"],
+        sdist=table["sdist"]["filename"],
+        sdist_sha256=table["sdist"]["sha256"].lower(),
+        wheel=table["wheel"]["filename"],
+        wheel_sha256=table["wheel"]["sha256"].lower(),
+        local_label=local_label,
+    )
+
+
+def _read_pin_file(root: Path) -> tuple[Path, dict]:
     path = root / "requirements" / "upstream.toml"
     try:
-        data = tomllib.loads(path.read_text())
-        up = data["upstream"]
-        return Pin(
-            name=up["name"],
-            version=up["version"],
-            tag=up["tag"],
-            sdist=up["sdist"]["filename"],
-            sdist_sha256=up["sdist"]["sha256"].lower(),
-            wheel=up["wheel"]["filename"],
-            wheel_sha256=up["wheel"]["sha256"].lower(),
-            local_label=data["fork"]["local_label"],
-        )
+        return path, tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ForkError(f"{path}: pin file not found") from None
-    except (KeyError, tomllib.TOMLDecodeError) as e:
+    except tomllib.TOMLDecodeError as e:
         raise ForkError(f"{path}: malformed pin file ({e})") from None
+
+
+def read_pin(root: Path, base: str | None = None) -> Pin:
+    """The pin of the primary base (``[upstream]``), or of another base
+    (``[bases."<version>"]``, same keys) when ``base`` names one."""
+    path, data = _read_pin_file(root)
+    try:
+        label = data["fork"]["local_label"]
+        primary = data["upstream"]
+        if base is None or base == primary["version"]:
+            return _pin_of(primary, label)
+        others = data.get("bases", {})
+        if base not in others:
+            known = ", ".join([primary["version"], *others]) or "none"
+            raise ForkError(f"{path}: no base {base!r} (bases: {known})")
+        pin = _pin_of(dict(others[base], name=primary["name"]), label)
+    except (KeyError, TypeError, AttributeError) as e:
+        raise ForkError(f"{path}: malformed pin file ({e})") from None
+    if pin.version != base:
+        raise ForkError(
+            f"{path}: [bases.{base!r}] pins version {pin.version!r}; the table's "
+            "name must be its version"
+        )
+    return pin
+
+
+def base_versions(root: Path) -> list[str]:
+    """Versions of the extra bases, in the pin file's order."""
+    _, data = _read_pin_file(root)
+    return list(data.get("bases", {}))
 
 
 # sha256 of files already hashed in this process, by (path, size, mtime):

@@ -1,0 +1,215 @@
+"""Extra bases: the series on another upstream release (``--base``)."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from forktool.__main__ import main
+from forktool.check import run_check
+from forktool.gitops import NOTES_REF, git
+from forktool.series import read_series
+from forktool.upstream import read_pin
+
+from .conftest import UPSTREAM_FILES, sha256
+
+BASE = "1.3.0"
+PATCH_NAME = "0001-fix.patch"
+
+
+def run(root: Path, *args: str) -> int:
+    return main(["--root", str(root), *args])
+
+
+def _sdist_130(path: Path) -> None:
+    """Upstream 1.3.0: attn.txt gained three lines at its top (the fix
+    applies at an offset); everything else as in 1.2.0."""
+    files = dict(UPSTREAM_FILES)
+    files["vllm/attn.txt"] = "new a\nnew b\nnew c\n" + files["vllm/attn.txt"]
+    files["vllm/_version.py"] = "__version__ = version = '1.3.0'\n"
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"vllm-1.3.0/{name}")
+            info.size = len(data)
+            info.mtime = 1
+            tar.addfile(info, io.BytesIO(data))
+
+
+def _write_base_series(root: Path, text: str) -> None:
+    folder = root / "patches" / "bases" / BASE
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "series").write_text(text)
+
+
+@pytest.fixture
+def based(fork: Path, monkeypatch) -> Path:
+    """The miniature fork with a second base, 1.3.0, carrying the fix as-is."""
+    monkeypatch.delenv("FORK_CACHE", raising=False)
+    sdist = fork / ".cache" / "upstream" / "vllm-1.3.0.tar.gz"
+    _sdist_130(sdist)
+    with open(fork / "requirements" / "upstream.toml", "a") as f:
+        f.write(
+            f"""
+[bases."{BASE}"]
+version = "{BASE}"
+tag = "v{BASE}"
+[bases."{BASE}".sdist]
+filename = "{sdist.name}"
+sha256 = "{sha256(sdist)}"
+[bases."{BASE}".wheel]
+filename = "vllm-1.3.0-py3-none-any.whl"
+sha256 = "{"0" * 64}"
+"""
+        )
+    _write_base_series(fork, f"{PATCH_NAME}\n")
+    return fork
+
+
+def _tree(root: Path) -> Path:
+    return root / "build" / f"vllm-fork-{BASE}"
+
+
+def test_as_is_commit_applies_at_an_offset_exports_and_checks(based, tmp_path):
+    assert run(based, "--base", BASE, "export") == 0
+    tree = _tree(based)
+    text = (tree / "vllm/attn.txt").read_text()
+    assert text.startswith("new a\n") and "line 20 (fixed)\n" in text
+    patches = sorted((based / "dist/patches" / f"v{BASE}").glob("*.patch"))
+    assert len(patches) == 1
+    # The export carries this base's line numbers: `git am` onto pristine
+    # 1.3.0 gives the materialized tree exactly.
+    assert "@@ -20,7 +20,7 @@" in patches[0].read_text()
+    clone = tmp_path / "am"
+    subprocess.run(["git", "clone", "-q", str(tree), str(clone)], check=True)
+    git(clone, "checkout", "-q", f"v{BASE}")
+    git(clone, "am", "-q", str(patches[0]))
+    assert (
+        git(clone, "rev-parse", "HEAD^{tree}").stdout
+        == git(tree, "rev-parse", "HEAD^{tree}").stdout
+    )
+    # The primary tree is untouched by the base's commands.
+    assert not (based / "build" / "vllm-fork").exists()
+    assert run(based, "table") == 0
+    assert "| on 1.3.0 |" in (based / "PATCHES.md").read_text()
+    assert "applies unchanged" in (based / "PATCHES.md").read_text()
+    # The as-is commit applies at an offset there: that is no finding on an
+    # extra base (its export has the base's line numbers).
+    subprocess.run(["git", "add", "-A"], cwd=based, check=True)
+    pin = read_pin(based, BASE)
+    series = read_series(based, BASE)
+    assert run_check(based, series, tree, pin.tag, hooks=()) == []
+
+
+def test_every_primary_commit_needs_a_line(based, capsys):
+    _write_base_series(based, "# nothing\n")
+    assert run(based, "--base", BASE, "materialize") == 2
+    err = capsys.readouterr().err
+    assert f"no line for {PATCH_NAME}" in err
+
+
+def test_drop_needs_a_reason_and_unknown_patches_are_named(based, capsys):
+    _write_base_series(based, f"drop {PATCH_NAME}\n")
+    assert run(based, "--base", BASE, "status") == 2
+    assert "needs its reason" in capsys.readouterr().err
+    _write_base_series(based, "0002-other.patch\n")
+    assert run(based, "--base", BASE, "status") == 2
+    assert "0002-other.patch is not a patch of patches/series" in (
+        capsys.readouterr().err
+    )
+
+
+def test_todo_commit_is_left_out_and_shown_in_the_table(based):
+    _write_base_series(based, f"todo {PATCH_NAME}: line 20 moved upstream\n")
+    assert run(based, "--base", BASE, "materialize") == 0
+    tree = _tree(based)
+    assert git(tree, "rev-list", "--count", f"v{BASE}..HEAD").stdout.strip() == "0"
+    assert run(based, "table") == 0
+    assert (
+        "not ported yet: line 20 moved upstream" in (based / "PATCHES.md").read_text()
+    )
+
+
+def test_unknown_base_is_refused(based, capsys):
+    assert run(based, "--base", "9.9.9", "status") == 2
+    assert "no base '9.9.9'" in capsys.readouterr().err
+
+
+def test_wrong_base_sdist_hash_stops_check(based, capsys):
+    pin = based / "requirements" / "upstream.toml"
+    text = pin.read_text()
+    good = sha256(based / ".cache" / "upstream" / "vllm-1.3.0.tar.gz")
+    pin.write_text(text.replace(good, "f" * 64))
+    assert run(based, "--base", BASE, "check") == 2
+    assert "sha256 mismatch" in capsys.readouterr().err
+
+
+def _amend(tree: Path, path: str, old: str, new: str) -> None:
+    (tree / path).write_text((tree / path).read_text().replace(old, new))
+    git(tree, "add", "-A")
+    git(tree, "commit", "-q", "--amend", "--no-edit")
+
+
+def test_save_turns_a_changed_commit_into_a_variant(based, capsys):
+    assert run(based, "--base", BASE, "materialize") == 0
+    tree = _tree(based)
+    primary_patch = (based / "patches" / PATCH_NAME).read_text()
+    _amend(tree, "vllm/attn.txt", "line 30\n", "line 30 (1.3.0 too)\n")
+    _amend(tree, "tests/test_new.py", "pass", "assert True")
+    # A variant must say what differs and why.
+    assert run(based, "--base", BASE, "save") == 2
+    assert "needs a Base-Note" in capsys.readouterr().err
+    git(tree, "notes", "--ref", NOTES_REF, "append", "-m", "Base-Note: also 30", "HEAD")
+    amended = git(tree, "rev-parse", "HEAD^{tree}").stdout
+    assert run(based, "--base", BASE, "save") == 0
+    folder = based / "patches" / "bases" / BASE
+    variant = (folder / PATCH_NAME).read_text()
+    assert "Base-Note: also 30" in variant and "+line 30 (1.3.0 too)" in variant
+    # The base's own copy of the added file; the primary's stays as it was.
+    assert "assert True" in (folder / "files/tests/test_new.py").read_text()
+    assert "pass" in (based / "tests/test_new.py").read_text()
+    assert (based / "patches" / PATCH_NAME).read_text() == primary_patch
+    assert read_series(based, BASE).entries[0].kind == "variant"
+    # Materializing the saved base gives the amended tree again, and the
+    # primary series still gives its own.
+    assert run(based, "--base", BASE, "materialize") == 0
+    assert git(tree, "rev-parse", "HEAD^{tree}").stdout == amended
+    assert run(based, "materialize") == 0
+    assert "pass" in (based / "build/vllm-fork/tests/test_new.py").read_text()
+    assert run(based, "table") == 0
+    assert (
+        "variant ([patch](patches/bases/1.3.0/0001-fix.patch)): also 30"
+        in (based / "PATCHES.md").read_text()
+    )
+    # Saved back unchanged from a tree equal to the primary: as-is again.
+    assert run(based, "--base", BASE, "materialize") == 0
+    git(tree, "reset", "-q", "--hard", f"v{BASE}")
+    subprocess.run(
+        ["git", "-C", str(tree), "fetch", "-q", str(based / "build/vllm-fork")],
+        check=True,
+    )
+    git(tree, "cherry-pick", "FETCH_HEAD")
+    assert run(based, "--base", BASE, "save") == 0
+    assert not (folder / PATCH_NAME).exists()
+    assert not (folder / "files").exists()
+    assert read_series(based, BASE).entries[0].kind == "as-is"
+
+
+def test_stray_variant_and_stray_file_are_refused(based, capsys):
+    folder = based / "patches" / "bases" / BASE
+    (folder / "0009-old.patch").write_text("x")
+    assert run(based, "--base", BASE, "status") == 2
+    assert "0009-old.patch is not a variant the series uses" in (
+        capsys.readouterr().err
+    )
+    (folder / "0009-old.patch").unlink()
+    (folder / "files/tests").mkdir(parents=True)
+    (folder / "files/tests/test_new.py").write_text("x = 1\n")
+    assert run(based, "--base", BASE, "status") == 2
+    assert "no variant of base 1.3.0 adds tests/test_new.py" in (
+        capsys.readouterr().err
+    )
