@@ -19,7 +19,8 @@ help:
 	@echo "make check     series applies exactly, is canonical, passes upstream's lint"
 	@echo "make status    the series and the installed version"
 	@echo "BASE=0.33.0    any of the above on that extra base (its series: patches/bases/0.33.0/;"
-	@echo "               install: the pinned upstream wheel into .venv-0.33.0; test: check + each commit's own tests)"
+	@echo "               install: the pinned upstream wheel into .venv-0.33.0; test: check, its CPU suite"
+	@echo "               (patches/bases/0.33.0/cpu_suite.txt) and each commit's own tests)"
 
 $(VENV)/.ready: requirements/fork-test.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +35,7 @@ install: venv
 ifeq ($(BASE),)
 test: install test-tools check test-fork test-commits
 else
-test: install check test-commits
+test: install check test-fork test-commits
 endif
 
 test-tools: venv

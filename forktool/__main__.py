@@ -33,7 +33,7 @@ from pathlib import Path
 from . import gitops, prefix
 from .check import run_check
 from .errors import ForkError
-from .series import read_series
+from .series import base_dir, read_series
 from .suites import read_suite, report_args, run_pytest, stages_of
 from .table import write_table
 from .upstream import fetch_sdist, fetch_wheel, read_pin, verify_pin
@@ -210,10 +210,8 @@ def cmd_status(args) -> int:
 def cmd_test(args) -> int:
     pin = read_pin(args.root, args.base)
     tree = _ensure_tree(args, pin)
-    if args.base:
-        if args.gpu:
-            raise ForkError(f"base {args.base}: only the CPU tests of each commit run")
-        args.each_commit = args.each_commit or not args.at
+    if args.base and args.gpu:
+        raise ForkError(f"base {args.base}: only its CPU tests run (no GPU suite)")
     expected = pin.version if args.base else fork_version(pin, tree)
     try:
         installed = importlib.metadata.version("vllm")
@@ -231,6 +229,12 @@ def cmd_test(args) -> int:
     suite_path = (
         args.root / "forktool" / ("gpu_suite.txt" if args.gpu else "cpu_suite.txt")
     )
+    if args.base:
+        suite_path = base_dir(args.root, args.base) / "cpu_suite.txt"
+        if not suite_path.is_file():
+            raise ForkError(
+                f"{suite_path}: the CPU suite of base {args.base} is missing"
+            )
     # A suite with stages runs stage by stage, each in its own pytest (a
     # stage may narrow its files with -k) and time limit.
     stages = [args.stage] if args.stage else stages_of(suite_path) or [None]
@@ -267,15 +271,23 @@ def cmd_test(args) -> int:
         env.update(hf_cache.offline_env(hf_home))
     if args.each_commit or args.at:
         return _test_commits(args, tree, pin, env)
-    # Run from a folder that holds tests/ but no vllm/ source, so that
-    # `import vllm` resolves to the installed fork wheel.
-    testroot = args.root / "build" / "testroot"
-    shutil.rmtree(testroot, ignore_errors=True)
-    testroot.mkdir(parents=True)
-    # benchmarks/ too: tests of benchmark scripts load them by path.
-    for folder in ("tests", "benchmarks"):
-        shutil.copytree(tree / folder, testroot / folder)
-    shutil.copy2(tree / "pyproject.toml", testroot / "pyproject.toml")
+    if args.base:
+        # The installed package is the pinned upstream wheel: the base's
+        # tree at its last commit goes first on PYTHONPATH, over its binaries.
+        site, testroot, _ = prefix.prepare(
+            tree, "HEAD", prefix.installed_package_dir(), args.root / "build" / "prefix"
+        )
+        env = prefix.prefix_env(env, site)
+    else:
+        # Run from a folder that holds tests/ but no vllm/ source, so that
+        # `import vllm` resolves to the installed fork wheel.
+        testroot = args.root / "build" / "testroot"
+        shutil.rmtree(testroot, ignore_errors=True)
+        testroot.mkdir(parents=True)
+        # benchmarks/ too: tests of benchmark scripts load them by path.
+        for folder in ("tests", "benchmarks"):
+            shutil.copytree(tree / folder, testroot / folder)
+        shutil.copy2(tree / "pyproject.toml", testroot / "pyproject.toml")
     results = []
     for stage, suite in suites:
         start = time.monotonic()

@@ -123,6 +123,14 @@ MODELS: dict[str, dict[str, dict]] = {
         "config.json": _QWEN1_5_7B_CONFIG,
         "generation_config.json": _QWEN1_5_7B_GENERATION_CONFIG,
     },
+    # vLLM 0.33.0's tests/v1/attention/test_gdn_metadata_builder.py names
+    # Qwen/Qwen3.5-0.8B only to build a VllmConfig; the GDN metadata builder
+    # reads no layer shapes from it, so Qwen3-0.6B's files stand in (its
+    # config needs no transformers newer than the bases pin).
+    "Qwen/Qwen3.5-0.8B": {
+        "config.json": _QWEN3_0_6B_CONFIG,
+        "generation_config.json": _QWEN3_0_6B_GENERATION_CONFIG,
+    },
 }
 
 
@@ -178,6 +186,10 @@ def offline_env(hf_home: Path) -> dict[str, str]:
 DEVICE_PLATFORM_TESTS = (
     "tests/v1/core/test_kv_cache_utils.py::",
     "tests/v1/attention/test_gdn_spec_metadata.py::",
+    # vLLM 0.33.0 (an extra base): its planner moved to kv_cache_planning.py.
+    "tests/v1/core/test_kv_cache_planning.py::",
+    "tests/v1/core/test_kv_cache_config_builder.py::",
+    "tests/v1/attention/test_gdn_metadata_builder.py::",
 )
 
 
@@ -209,11 +221,25 @@ def _device_platform(request):
     platforms._current_platform = new
     for m in holders:
         m.current_platform = new
+    # vllm.utils.torch_utils caches the platform's pin-memory answer at
+    # import (PIN_MEMORY), and modules import that name; pinning needs a
+    # device driver, so they get the CPU platform's answer too.
+    torch_utils = sys.modules.get("vllm.utils.torch_utils")
+    saved_pin = getattr(torch_utils, "PIN_MEMORY", None)
+    pin_holders = [
+        m
+        for name, m in list(sys.modules.items())
+        if name.startswith("vllm") and vars(m).get("PIN_MEMORY", None) is saved_pin
+    ]
+    for m in pin_holders if saved_pin is not None else ():
+        m.PIN_MEMORY = new.is_pin_memory_available()
     try:
         yield
     finally:
         platforms._current_platform = old
         for m in holders:
             m.current_platform = old
+        for m in pin_holders if saved_pin is not None else ():
+            m.PIN_MEMORY = saved_pin
         os.environ.clear()
         os.environ.update(saved_env)

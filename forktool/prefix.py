@@ -109,7 +109,9 @@ def prepare(
     testroot = work / "testroot"
     shutil.rmtree(testroot, ignore_errors=True)
     testroot.mkdir(parents=True)
-    _archive(tree, commit, ["tests", "benchmarks", "pyproject.toml"], testroot)
+    wanted = ["tests", "benchmarks", "pyproject.toml"]
+    present = git(tree, "ls-tree", "--name-only", commit, "--", *wanted).stdout.split()
+    _archive(tree, commit, present, testroot)
     return site, testroot, own_tests(tree, commit)
 
 

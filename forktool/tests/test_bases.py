@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import tarfile
 from pathlib import Path
@@ -213,3 +214,53 @@ def test_stray_variant_and_stray_file_are_refused(based, capsys):
     assert "no variant of base 1.3.0 adds tests/test_new.py" in (
         capsys.readouterr().err
     )
+
+
+def _fake_installed(tmp: Path) -> Path:
+    """An installed upstream package: Python plus a binary the tree lacks."""
+    pkg = tmp / "site-packages" / "vllm"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "_C.abi3.so").write_bytes(b"\x7fELF")
+    return pkg
+
+
+def test_base_test_runs_its_suite_over_the_base_tree(based, monkeypatch, tmp_path):
+    import forktool.__main__ as cli
+
+    calls = []
+
+    def fake_pytest(cmd, cwd, env, limit):
+        calls.append((cmd, Path(cwd), env))
+        return 0
+
+    monkeypatch.setattr(cli, "run_pytest", fake_pytest)
+    monkeypatch.setattr(cli.importlib.metadata, "version", lambda name: BASE)
+    installed = _fake_installed(tmp_path)
+    monkeypatch.setattr(cli.prefix, "installed_package_dir", lambda: installed)
+    folder = based / "patches" / "bases" / BASE
+    # No suite file: a clear error, not the primary's suite.
+    assert run(based, "--base", BASE, "test") == 2
+    (folder / "cpu_suite.txt").write_text("# ours\ntests/test_new.py\n")
+    assert run(based, "--base", BASE, "test") == 0
+    cmd, cwd, env = calls[-1]
+    assert cmd[-1] == "tests/test_new.py"
+    assert (cwd / "tests/test_new.py").is_file()
+    # The base tree's Python comes first, over the installed binaries.
+    site = Path(env["PYTHONPATH"].split(os.pathsep)[0])
+    attn = (site / "vllm/attn.txt").read_text()
+    assert attn.startswith("new a\n") and "line 20 (fixed)\n" in attn
+    assert (site / "vllm/_C.abi3.so").resolve() == installed / "_C.abi3.so"
+    assert env["TRITON_INTERPRET"] == "1"
+    # Each commit's own tests run at that commit as on the primary base.
+    assert run(based, "--base", BASE, "test", "--each-commit") == 0
+    assert calls[-1][0][-1] == "tests/test_new.py"
+
+
+def test_base_test_needs_the_base_wheel_installed(based, monkeypatch, capsys):
+    import forktool.__main__ as cli
+
+    monkeypatch.setattr(cli.importlib.metadata, "version", lambda name: "1.2.0")
+    assert run(based, "--base", BASE, "test") == 2
+    err = capsys.readouterr().err
+    assert "installed vllm is 1.2.0" in err and "make install BASE=1.3.0" in err
