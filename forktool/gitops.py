@@ -22,6 +22,7 @@ from pathlib import Path
 from .errors import ForkError
 from .series import (
     AS_IS,
+    DELTA_SUFFIX,
     DROPPED,
     META_FIELDS,
     TO_PORT,
@@ -29,6 +30,7 @@ from .series import (
     Patch,
     Series,
     base_dir,
+    make_delta,
     parse_headers,
     read_series,
     slugify,
@@ -544,9 +546,17 @@ def save_base(root: Path, tree: Path, tag: str, base: str) -> list[str]:
             continue
         patch, files = variants[ref.name]
         for f, data in files.items():
-            if not (root / f).is_file() or (root / f).read_bytes() != data:
-                dst = folder / "files" / f
-                dst.parent.mkdir(parents=True, exist_ok=True)
+            primary_copy = root / f
+            if primary_copy.is_file() and primary_copy.read_bytes() == data:
+                continue
+            delta = None
+            if primary_copy.is_file():
+                delta = make_delta(f, primary_copy.read_bytes(), data)
+            dst = folder / "files" / (f + DELTA_SUFFIX if delta else f)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            if delta:
+                dst.write_text(delta)
+            else:
                 dst.write_bytes(data)
         (folder / ref.name).write_text(patch.render())
     (folder / "series").write_text(

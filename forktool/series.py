@@ -26,7 +26,11 @@ their upstream paths and are listed under Added-Files.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 
 from .errors import ForkError
@@ -196,9 +200,15 @@ class Series:
 
     def source(self, path: str) -> Path:
         """The file an added ``path`` is copied from: the base's own copy
-        (only variants have one), else the repository's upstream path."""
-        if self.files_dir is not None and (self.files_dir / path).is_file():
-            return self.files_dir / path
+        (only variants have one: the whole file, or ``<path>.diff`` against
+        the repository's copy, applied into ``build/bases/``), else the
+        repository's upstream path."""
+        if self.files_dir is not None:
+            if (self.files_dir / path).is_file():
+                return self.files_dir / path
+            delta = self.files_dir / (path + DELTA_SUFFIX)
+            if delta.is_file():
+                return apply_delta(self.root, self.base, path, delta)
         return self.root / path
 
     @property
@@ -245,6 +255,65 @@ class BaseEntry:
 
 def base_dir(root: Path, base: str) -> Path:
     return root / "patches" / "bases" / base
+
+
+# A base's copy of an added file, kept as a unified diff against the
+# repository's copy (what differs on that base, readable as such).
+DELTA_SUFFIX = ".diff"
+
+
+def make_delta(path: str, old: bytes, new: bytes) -> str | None:
+    """A unified diff turning ``old`` into ``new`` (both ``path``), or None
+    when the texts cannot round-trip through one (binary, no final
+    newline)."""
+    try:
+        a, b = old.decode(), new.decode()
+    except UnicodeDecodeError:
+        return None
+    if not a.endswith("\n") or not b.endswith("\n"):
+        return None
+    lines = difflib.unified_diff(
+        a.splitlines(keepends=True),
+        b.splitlines(keepends=True),
+        fromfile=f"a/{path}",
+        tofile=f"b/{path}",
+    )
+    return "".join(lines)
+
+
+def apply_delta(root: Path, base: str, path: str, delta: Path) -> Path:
+    """``root/path`` with ``delta`` applied, written under
+    ``root/build/bases/<base>/files/`` (regenerated when older than either
+    input); raises ForkError when the diff no longer applies."""
+    out = root / "build" / "bases" / base / "files" / path
+    src = root / path
+    if out.is_file() and out.stat().st_mtime_ns >= max(
+        src.stat().st_mtime_ns, delta.stat().st_mtime_ns
+    ):
+        return out
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / path
+        work.parent.mkdir(parents=True)
+        shutil.copy2(src, work)
+        res = subprocess.run(
+            [
+                "git",
+                "apply",
+                "--whitespace=nowarn",
+                str(delta.resolve()),
+            ],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+        )
+        if res.returncode != 0:
+            raise ForkError(
+                f"{delta}: does not apply to {path} any more ({res.stderr.strip()}); "
+                f"the base's copy of {path} is that diff over the repository's copy"
+            )
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(work, out)
+    return out
 
 
 def read_series(root: Path, base: str | None = None) -> Series:
@@ -419,6 +488,11 @@ def _read_base_series(root: Path, base: str) -> Series:
     if files_dir.is_dir():
         for f in sorted(files_dir.rglob("*")):
             rel = f.relative_to(files_dir).as_posix()
+            if (
+                rel.endswith(DELTA_SUFFIX)
+                and rel[: -len(DELTA_SUFFIX)] in variant_files
+            ):
+                rel = rel[: -len(DELTA_SUFFIX)]
             if f.is_file() and rel not in variant_files:
                 raise ForkError(
                     f"{f}: no variant of base {base} adds {rel}; a base's own "

@@ -170,8 +170,11 @@ def test_save_turns_a_changed_commit_into_a_variant(based, capsys):
     folder = based / "patches" / "bases" / BASE
     variant = (folder / PATCH_NAME).read_text()
     assert "Base-Note: also 30" in variant and "+line 30 (1.3.0 too)" in variant
-    # The base's own copy of the added file; the primary's stays as it was.
-    assert "assert True" in (folder / "files/tests/test_new.py").read_text()
+    # The base's own copy of the added file, as a diff against the
+    # primary's (which stays as it was).
+    delta = (folder / "files/tests/test_new.py.diff").read_text()
+    assert "-    pass\n+    assert True\n" in delta
+    assert not (folder / "files/tests/test_new.py").exists()
     assert "pass" in (based / "tests/test_new.py").read_text()
     assert (based / "patches" / PATCH_NAME).read_text() == primary_patch
     assert read_series(based, BASE).entries[0].kind == "variant"
@@ -264,3 +267,16 @@ def test_base_test_needs_the_base_wheel_installed(based, monkeypatch, capsys):
     assert run(based, "--base", BASE, "test") == 2
     err = capsys.readouterr().err
     assert "installed vllm is 1.2.0" in err and "make install BASE=1.3.0" in err
+
+
+def test_base_copy_diff_that_no_longer_applies_is_named(based, capsys):
+    assert run(based, "--base", BASE, "materialize") == 0
+    tree = _tree(based)
+    _amend(tree, "tests/test_new.py", "pass", "assert True")
+    git(tree, "notes", "--ref", NOTES_REF, "append", "-m", "Base-Note: x", "HEAD")
+    assert run(based, "--base", BASE, "save") == 0
+    # The primary's copy changes under the base's diff.
+    (based / "tests/test_new.py").write_text("def test_other():\n    return\n")
+    assert run(based, "--base", BASE, "materialize") == 2
+    err = capsys.readouterr().err
+    assert "files/tests/test_new.py.diff: does not apply to tests/test_new.py" in err
