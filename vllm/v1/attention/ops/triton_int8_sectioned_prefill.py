@@ -128,6 +128,7 @@ def build_sectioned_prefill_metadata(
         device: device of the returned ``cu_seqlens``.
         section_tokens: most cached tokens dequantised at once.
         query_tile_tokens: most query rows per attention call.
+
     """
     qsl = query_start_loc_cpu.tolist()
     seq_lens = seq_lens_cpu.tolist()
@@ -371,6 +372,7 @@ def dequant_int8_pth_section(
         new_value: the values for ``new_key``, copied to ``value_out``; its
             strides may differ from ``new_key``'s (a model with a key norm
             hands the layer a fresh key next to a view of the fused QKV).
+
     """
     key_cache, value_cache, k_scale, v_scale = kv_views
     _, block_size, num_kv_heads, head_size = key_cache.shape
@@ -463,6 +465,7 @@ def sectioned_prefill_attention(
         value_scratch: same as ``key_scratch``.
         out_scratch: [query_tile_tokens, num_heads, head_size], query dtype.
         attn_fn: attention for one sequence, see :data:`SectionAttnFn`.
+
     """
     assert key_scratch.shape[0] >= metadata.section_tokens
     assert out_scratch.shape[0] >= metadata.query_tile_tokens
