@@ -2,6 +2,7 @@
 
 materialize  pinned sdist + series -> git repo (build/vllm-fork)
 save         commits of that repo -> patches/ + added files (gbp pq export)
+pick         (--base) a primary commit onto that base's tree, note included
 export       series -> dist/patches/v0.26.0/NNNN-*.patch (git format-patch)
 build        fork wheel from upstream's pinned wheel -> dist/
 install      build, then pip install the fork wheel into this Python
@@ -65,6 +66,45 @@ def cmd_materialize(args) -> int:
     head = gitops.materialize(args.root, pin, sdist, _tree(args), args.base)
     n = len(read_series(args.root, args.base).patches)
     print(f"materialized {_tree(args)}: {pin.tag} + {n} commits, HEAD {head[:12]}")
+    return 0
+
+
+def cmd_pick(args) -> int:
+    """Cherry-pick a commit of the primary series onto an extra base's tree
+    (with its fork note, in the primary order), to port it there."""
+    if not args.base:
+        raise ForkError("pick needs --base: it ports a primary commit to that base")
+    pin = read_pin(args.root, args.base)
+    tree = _tree(args)
+    if args.cont:
+        gitops.pick_continue(args.root, tree, pin.tag)
+        print(f"picked into {tree}; then `forktool --base {args.base} save`")
+        return 0
+    if not args.patch:
+        raise ForkError(
+            "name the primary commit: its number (e.g. 7) or patch file name"
+        )
+    primary_pin = read_pin(args.root)
+    primary_args = argparse.Namespace(**vars(args))
+    primary_args.base, primary_args.tree = None, str(args.root / "build" / "vllm-fork")
+    primary_tree = _ensure_tree(primary_args, primary_pin)
+    if not tree.is_dir():
+        raise ForkError(f"{tree}: materialize base {args.base} first")
+    names = [p.name for p in read_series(args.root).patches]
+    name = args.patch
+    if name.isdigit():
+        n = int(name)
+        if not 1 <= n <= len(names):
+            raise ForkError(f"no commit {n} in a series of {len(names)}")
+        name = names[n - 1]
+    outcome = gitops.pick(args.root, primary_tree, tree, pin.tag, name)
+    if outcome == "conflict":
+        print(
+            f"{name} conflicts on {args.base}: resolve it in {tree} (git add), then "
+            f"`forktool --base {args.base} pick --continue`"
+        )
+        return 1
+    print(f"picked {name} into {tree}; then `forktool --base {args.base} save`")
     return 0
 
 
@@ -441,6 +481,14 @@ def main(argv: list[str] | None = None) -> int:
         help="like --each-commit, for commits N (1-based) only",
     )
     test.add_argument("pytest_args", nargs="*", help="extra pytest arguments")
+    pick = sub.add_parser("pick")
+    pick.add_argument("patch", nargs="?", help="primary commit: number or patch name")
+    pick.add_argument(
+        "--continue",
+        dest="cont",
+        action="store_true",
+        help="finish a pick whose conflicts are resolved",
+    )
     exp = sub.add_parser("export")
     exp.add_argument("--dest", default=None)
     args = parser.parse_args(argv)

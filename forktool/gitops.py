@@ -406,6 +406,7 @@ def save(root: Path, tree: Path, tag: str, base: str | None = None) -> list[str]
             dst.write_bytes(data)
     new_added = {f for p in patches for f in p.added_files}
     if old is not None:
+        _sync_bases(root, old, patches)
         for f in set(old.added_files) - new_added:
             (root / f).unlink(missing_ok=True)
         for p in old.patches:
@@ -417,6 +418,47 @@ def save(root: Path, tree: Path, tag: str, base: str | None = None) -> list[str]
         + "".join(p.name + "\n" for p in patches)
     )
     return [p.name for p in patches]
+
+
+def _sync_bases(root: Path, old: Series, patches: list[Patch]) -> None:
+    """Keep every extra base's series in step with a saved primary series:
+    renamed patches (their file names follow subjects and positions) are
+    renamed there too, new commits get a ``todo`` line in their place, and
+    commits that left the series lose their line and variant."""
+    by_subject = {p.subject: p.name for p in patches}
+    renames = {}
+    for i, p in enumerate(old.patches):
+        new = by_subject.get(p.subject)
+        if new is None and len(old.patches) == len(patches):
+            new = patches[i].name  # same position, reworded subject
+        renames[p.name] = new
+    for folder in sorted((root / "patches" / "bases").glob("*/")):
+        series_file = folder / "series"
+        if not series_file.is_file():
+            continue
+        header, entries = [], {}
+        for raw in series_file.read_text().splitlines():
+            line = raw.split("#", 1)[0].strip()
+            if not line:
+                if not entries:
+                    header.append(raw)
+                continue
+            word, _, rest = line.partition(" ")
+            name = rest.split(":", 1)[0].strip() if word in ("drop", "todo") else line
+            new = renames.get(name, name)
+            if new is None:
+                (folder / name).unlink(missing_ok=True)
+                continue
+            if new != name:
+                line = line.replace(name, new, 1)
+                if (folder / name).is_file():
+                    (folder / name).rename(folder / new)
+            entries[new] = line
+        lines = [
+            entries.get(p.name, f"todo {p.name}: new in the series; not ported yet")
+            for p in patches
+        ]
+        series_file.write_text("\n".join([*header, *lines]) + "\n")
 
 
 BASE_SERIES_HEADER = """\
@@ -563,3 +605,95 @@ def save_base(root: Path, tree: Path, tag: str, base: str) -> list[str]:
         BASE_SERIES_HEADER + "".join(line + "\n" for line in lines)
     )
     return list(active)
+
+
+def pick(root: Path, primary_tree: Path, tree: Path, tag: str, patch_name: str) -> str:
+    """Cherry-pick the primary series' commit ``patch_name`` onto the
+    extra base's ``tree`` with its fork note, placed in the primary order.
+
+    Returns "picked", or "conflict" when git stopped for a resolution
+    (then :func:`pick_continue` finishes the pick once it is resolved).
+    """
+    primary = read_series(root)
+    names = [p.name for p in primary.patches]
+    if patch_name not in names:
+        raise ForkError(f"{patch_name}: not a patch of patches/series")
+    if _in_progress(tree):
+        raise ForkError(
+            f"{tree}: a cherry-pick or rebase is in progress; finish it first"
+        )
+    commit = series_commits(primary_tree, primary_tag(primary_tree))[
+        names.index(patch_name)
+    ]
+    subject = git(primary_tree, "log", "-1", "--format=%s", commit).stdout.strip()
+    ours = [
+        git(tree, "log", "-1", "--format=%s", c).stdout.strip()
+        for c in series_commits(tree, tag)
+    ]
+    if subject in ours:
+        raise ForkError(f"{tree} already has {subject!r}")
+    git(tree, "fetch", "-q", str(primary_tree), commit)
+    note = git(primary_tree, "notes", "--ref", NOTES_REF, "show", commit).stdout
+    (tree / ".git" / "fork-pick-note").write_text(note)
+    res = git(tree, "cherry-pick", commit, check=False)
+    if res.returncode != 0:
+        return "conflict"
+    pick_continue(root, tree, tag)
+    return "picked"
+
+
+def primary_tag(tree: Path) -> str:
+    """The tag of the pristine commit a materialized tree starts from."""
+    root_commit = git(tree, "rev-list", "--max-parents=0", "HEAD").stdout.split()[0]
+    return git(tree, "describe", "--tags", "--exact-match", root_commit).stdout.strip()
+
+
+def _in_progress(tree: Path) -> bool:
+    git_dir = tree / ".git"
+    return any(
+        (git_dir / name).exists()
+        for name in ("CHERRY_PICK_HEAD", "rebase-merge", "rebase-apply")
+    )
+
+
+def pick_continue(root: Path, tree: Path, tag: str) -> None:
+    """Finish a pick: commit a resolved cherry-pick, attach the primary
+    commit's note, and move the commit to its place in the primary order."""
+    pending = tree / ".git" / "fork-pick-note"
+    if not pending.is_file():
+        raise ForkError(f"{tree}: no pick in progress")
+    if (tree / ".git" / "CHERRY_PICK_HEAD").exists():
+        res = git(
+            tree, "-c", "core.editor=true", "cherry-pick", "--continue", check=False
+        )
+        if res.returncode != 0:
+            raise ForkError(
+                f"{tree}: the cherry-pick is not resolved yet:\n"
+                f"{res.stdout}{res.stderr}"
+            )
+    git(tree, "notes", "--ref", NOTES_REF, "add", "-f", "-F", str(pending), "HEAD")
+    pending.unlink()
+    order = {p.subject: i for i, p in enumerate(read_series(root).patches)}
+    commits = series_commits(tree, tag)
+    subjects = [
+        git(tree, "log", "-1", "--format=%s", c).stdout.strip() for c in commits
+    ]
+    ranked = sorted(
+        zip(commits, subjects, strict=True), key=lambda cs: order.get(cs[1], len(order))
+    )
+    if [c for c, _ in ranked] == commits:
+        return
+    with tempfile.NamedTemporaryFile("w", suffix=".todo", delete=False) as f:
+        f.write("".join(f"pick {c}\n" for c, _ in ranked))
+        todo = f.name
+    try:
+        git(
+            tree,
+            "rebase",
+            "-q",
+            "-i",
+            tag,
+            env={"GIT_SEQUENCE_EDITOR": f"cp {todo}"},
+        )
+    finally:
+        os.unlink(todo)

@@ -26,11 +26,13 @@ def run(root: Path, *args: str) -> int:
     return main(["--root", str(root), *args])
 
 
-def _sdist_130(path: Path) -> None:
+def _sdist_130(path: Path, line_20: str = "line 20") -> None:
     """Upstream 1.3.0: attn.txt gained three lines at its top (the fix
-    applies at an offset); everything else as in 1.2.0."""
+    applies at an offset; ``line_20`` other than "line 20" makes it
+    conflict); everything else as in 1.2.0."""
     files = dict(UPSTREAM_FILES)
-    files["vllm/attn.txt"] = "new a\nnew b\nnew c\n" + files["vllm/attn.txt"]
+    attn = files["vllm/attn.txt"].replace("line 20\n", f"{line_20}\n")
+    files["vllm/attn.txt"] = "new a\nnew b\nnew c\n" + attn
     files["vllm/_version.py"] = "__version__ = version = '1.3.0'\n"
     with tarfile.open(path, "w:gz") as tar:
         for name, text in files.items():
@@ -280,3 +282,82 @@ def test_base_copy_diff_that_no_longer_applies_is_named(based, capsys):
     assert run(based, "--base", BASE, "materialize") == 2
     err = capsys.readouterr().err
     assert "files/tests/test_new.py.diff: does not apply to tests/test_new.py" in err
+
+
+def test_pick_ports_a_primary_commit_with_its_note_in_primary_order(based):
+    from .test_forktool import _add_commit
+
+    # A second primary commit; the base series lists both as todo.
+    _add_commit(based, "vllm/second.py", "X = 2\n")
+    second = next(
+        p.name for p in read_series(based).patches if p.name.startswith("0002-")
+    )
+    first = read_series(based).patches[0].name
+    _write_base_series(based, f"todo {first}: later\ntodo {second}: later\n")
+    assert run(based, "--base", BASE, "materialize") == 0
+    tree = _tree(based)
+    # Pick the second commit first, then the first: the tree keeps the
+    # primary order, and each commit carries its primary note.
+    assert run(based, "--base", BASE, "pick", "2") == 0
+    assert run(based, "--base", BASE, "pick", first) == 0
+    log = git(tree, "log", "--reverse", "--format=%s", f"v{BASE}..HEAD").stdout
+    assert log.splitlines() == [
+        "[Bugfix] Change line 20 of attn",
+        "[Misc] Second change",
+    ]
+    note = git(tree, "notes", "--ref", NOTES_REF, "show", "HEAD").stdout
+    assert "Why: w" in note
+    note = git(tree, "notes", "--ref", NOTES_REF, "show", "HEAD~1").stdout
+    assert "Why: line 20 was wrong" in note
+    # Unchanged commits save as "applies unchanged".
+    assert run(based, "--base", BASE, "save") == 0
+    assert [e.kind for e in read_series(based, BASE).entries] == ["as-is", "as-is"]
+
+
+def test_pick_stops_on_a_conflict_and_continues_after_it(based, capsys):
+    # Upstream 1.3.0 changed line 20 itself: the fix conflicts there.
+    sdist = based / ".cache" / "upstream" / "vllm-1.3.0.tar.gz"
+    old_sha = sha256(sdist)
+    _sdist_130(sdist, line_20="line 20 (moved)")
+    pin = based / "requirements" / "upstream.toml"
+    pin.write_text(pin.read_text().replace(old_sha, sha256(sdist)))
+    _write_base_series(based, f"todo {PATCH_NAME}: later\n")
+    assert run(based, "--base", BASE, "materialize") == 0
+    tree = _tree(based)
+    pristine = (tree / "vllm/attn.txt").read_text()
+    assert run(based, "--base", BASE, "pick", "1") == 1
+    assert "pick --continue" in capsys.readouterr().out
+    (tree / "vllm/attn.txt").write_text(
+        pristine.replace("line 20 (moved)\n", "line 20 (fixed)\n")
+    )
+    git(tree, "add", "vllm/attn.txt")
+    assert run(based, "--base", BASE, "pick", "--continue") == 0
+    assert "Why: line 20 was wrong" in (
+        git(tree, "notes", "--ref", NOTES_REF, "show", "HEAD").stdout
+    )
+    # Nothing is half-picked any more: a second --continue says so.
+    assert run(based, "--base", BASE, "pick", "--continue") == 2
+    assert "no pick in progress" in capsys.readouterr().err
+
+
+def test_primary_save_keeps_the_bases_in_step(based):
+    """A reworded primary commit is renamed in the base's series (and its
+    variant file); a new one gets a todo line there."""
+    from .test_forktool import _add_commit
+
+    folder = based / "patches" / "bases" / BASE
+    assert run(based, "--base", BASE, "materialize") == 0
+    tree = _tree(based)
+    _amend(tree, "vllm/attn.txt", "line 30\n", "line 30 (too)\n")
+    git(tree, "notes", "--ref", NOTES_REF, "append", "-m", "Base-Note: n", "HEAD")
+    assert run(based, "--base", BASE, "save") == 0
+    assert (folder / PATCH_NAME).is_file()
+    _add_commit(based, "vllm/second.py", "X = 2\n")
+    names = [p.name for p in read_series(based).patches]
+    assert names[0] != PATCH_NAME  # the primary save renamed it
+    entries = read_series(based, BASE).entries
+    assert [(e.name, e.kind) for e in entries] == [
+        (names[0], "variant"),
+        (names[1], "to port"),
+    ]
+    assert (folder / names[0]).is_file() and not (folder / PATCH_NAME).exists()
