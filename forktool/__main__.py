@@ -17,7 +17,8 @@ test         run the CPU suite (forktool/cpu_suite.txt) against the
 ([bases."VERSION"]): its series is patches/bases/VERSION/series, its tree
 build/vllm-fork-VERSION, its export dist/patches/vVERSION.  On such a base,
 install puts the pinned upstream wheel into this Python (create one venv per
-base), and test runs each commit's own tests at that commit.
+base), and test runs that base's CPU suite (patches/bases/VERSION/cpu_suite.txt)
+over its tree; pick ports a primary commit onto its tree.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def cmd_pick(args) -> int:
         if not 1 <= n <= len(names):
             raise ForkError(f"no commit {n} in a series of {len(names)}")
         name = names[n - 1]
-    outcome = gitops.pick(args.root, primary_tree, tree, pin.tag, name)
+    outcome = gitops.pick(args.root, primary_tree, primary_pin.tag, tree, pin.tag, name)
     if outcome == "conflict":
         print(
             f"{name} conflicts on {args.base}: resolve it in {tree} (git add), then "

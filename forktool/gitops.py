@@ -27,8 +27,10 @@ from .series import (
     META_FIELDS,
     TO_PORT,
     VARIANT,
+    BaseEntry,
     Patch,
     Series,
+    parse_entry,
     base_dir,
     make_delta,
     parse_headers,
@@ -437,27 +439,22 @@ def _sync_bases(root: Path, old: Series, patches: list[Patch]) -> None:
         if not series_file.is_file():
             continue
         header, entries = [], {}
-        for raw in series_file.read_text().splitlines():
+        for n, raw in enumerate(series_file.read_text().splitlines(), 1):
             line = raw.split("#", 1)[0].strip()
             if not line:
                 if not entries:
                     header.append(raw)
                 continue
-            word, _, rest = line.partition(" ")
-            name = rest.split(":", 1)[0].strip() if word in ("drop", "todo") else line
+            name, kind, note = parse_entry(line, f"{series_file}:{n}")
             new = renames.get(name, name)
             if new is None:
                 (folder / name).unlink(missing_ok=True)
                 continue
-            if new != name:
-                line = line.replace(name, new, 1)
-                if (folder / name).is_file():
-                    (folder / name).rename(folder / new)
-            entries[new] = line
-        lines = [
-            entries.get(p.name, f"todo {p.name}: new in the series; not ported yet")
-            for p in patches
-        ]
+            if new != name and (folder / name).is_file():
+                (folder / name).rename(folder / new)
+            entries[new] = BaseEntry(new, kind, note).line()
+        new_line = "todo {}: new in the series; not ported yet"
+        lines = [entries.get(p.name, new_line.format(p.name)) for p in patches]
         series_file.write_text("\n".join([*header, *lines]) + "\n")
 
 
@@ -607,30 +604,35 @@ def save_base(root: Path, tree: Path, tag: str, base: str) -> list[str]:
     return list(active)
 
 
-def pick(root: Path, primary_tree: Path, tree: Path, tag: str, patch_name: str) -> str:
+def _subjects(tree: Path, tag: str) -> list[tuple[str, str]]:
+    """(commit, subject) of the commits ``tag..HEAD`` of ``tree``, in order."""
+    out = git(tree, "log", "--reverse", "--format=%H %s", f"{tag}..HEAD").stdout
+    return [tuple(line.split(" ", 1)) for line in out.splitlines()]
+
+
+def pick(
+    root: Path,
+    primary_tree: Path,
+    primary_tag: str,
+    tree: Path,
+    tag: str,
+    patch_name: str,
+) -> str:
     """Cherry-pick the primary series' commit ``patch_name`` onto the
     extra base's ``tree`` with its fork note, placed in the primary order.
 
     Returns "picked", or "conflict" when git stopped for a resolution
     (then :func:`pick_continue` finishes the pick once it is resolved).
     """
-    primary = read_series(root)
-    names = [p.name for p in primary.patches]
+    names = [p.name for p in read_series(root).patches]
     if patch_name not in names:
         raise ForkError(f"{patch_name}: not a patch of patches/series")
     if _in_progress(tree):
         raise ForkError(
             f"{tree}: a cherry-pick or rebase is in progress; finish it first"
         )
-    commit = series_commits(primary_tree, primary_tag(primary_tree))[
-        names.index(patch_name)
-    ]
-    subject = git(primary_tree, "log", "-1", "--format=%s", commit).stdout.strip()
-    ours = [
-        git(tree, "log", "-1", "--format=%s", c).stdout.strip()
-        for c in series_commits(tree, tag)
-    ]
-    if subject in ours:
+    commit, subject = _subjects(primary_tree, primary_tag)[names.index(patch_name)]
+    if subject in {s for _, s in _subjects(tree, tag)}:
         raise ForkError(f"{tree} already has {subject!r}")
     git(tree, "fetch", "-q", str(primary_tree), commit)
     note = git(primary_tree, "notes", "--ref", NOTES_REF, "show", commit).stdout
@@ -640,12 +642,6 @@ def pick(root: Path, primary_tree: Path, tree: Path, tag: str, patch_name: str) 
         return "conflict"
     pick_continue(root, tree, tag)
     return "picked"
-
-
-def primary_tag(tree: Path) -> str:
-    """The tag of the pristine commit a materialized tree starts from."""
-    root_commit = git(tree, "rev-list", "--max-parents=0", "HEAD").stdout.split()[0]
-    return git(tree, "describe", "--tags", "--exact-match", root_commit).stdout.strip()
 
 
 def _in_progress(tree: Path) -> bool:
@@ -674,14 +670,9 @@ def pick_continue(root: Path, tree: Path, tag: str) -> None:
     git(tree, "notes", "--ref", NOTES_REF, "add", "-f", "-F", str(pending), "HEAD")
     pending.unlink()
     order = {p.subject: i for i, p in enumerate(read_series(root).patches)}
-    commits = series_commits(tree, tag)
-    subjects = [
-        git(tree, "log", "-1", "--format=%s", c).stdout.strip() for c in commits
-    ]
-    ranked = sorted(
-        zip(commits, subjects, strict=True), key=lambda cs: order.get(cs[1], len(order))
-    )
-    if [c for c, _ in ranked] == commits:
+    commits = _subjects(tree, tag)
+    ranked = sorted(commits, key=lambda cs: order.get(cs[1], len(order)))
+    if ranked == commits:
         return
     with tempfile.NamedTemporaryFile("w", suffix=".todo", delete=False) as f:
         f.write("".join(f"pick {c}\n" for c, _ in ranked))

@@ -226,12 +226,16 @@ def _device_platform(request):
     # device driver, so they get the CPU platform's answer too.
     torch_utils = sys.modules.get("vllm.utils.torch_utils")
     saved_pin = getattr(torch_utils, "PIN_MEMORY", None)
-    pin_holders = [
-        m
-        for name, m in list(sys.modules.items())
-        if name.startswith("vllm") and vars(m).get("PIN_MEMORY", None) is saved_pin
-    ]
-    for m in pin_holders if saved_pin is not None else ():
+    pin_holders = (
+        [
+            m
+            for name, m in list(sys.modules.items())
+            if name.startswith("vllm") and vars(m).get("PIN_MEMORY") is saved_pin
+        ]
+        if saved_pin is not None
+        else []
+    )
+    for m in pin_holders:
         m.PIN_MEMORY = new.is_pin_memory_available()
     try:
         yield
@@ -239,7 +243,7 @@ def _device_platform(request):
         platforms._current_platform = old
         for m in holders:
             m.current_platform = old
-        for m in pin_holders if saved_pin is not None else ():
+        for m in pin_holders:
             m.PIN_MEMORY = saved_pin
         os.environ.clear()
         os.environ.update(saved_env)

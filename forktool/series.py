@@ -47,15 +47,9 @@ HEADER_ORDER = (
     "Added-Files",
 )
 REQUIRED = ("Subject", "From", "Date", "Upstream-Status")
-# Fork metadata: kept with the patch and in git notes, never in the commit.
-META_FIELDS = (
-    "Upstream-Status",
-    "Why",
-    "Effect",
-    "Removal",
-    "Base-Note",
-    "Added-Files",
-)
+# Fork metadata: kept with the patch and in git notes, never in the commit
+# (every header but the three that make the git commit).
+META_FIELDS = tuple(k for k in HEADER_ORDER if k not in ("Subject", "From", "Date"))
 STATUS_RE = re.compile(r"^(Pending|Forwarded \S+|Accepted \S+|Fork-only .+)$")
 # Upstream's subject tags: "[Bugfix]", "[Perf][Spec Decode]" (words inside a
 # tag are single-space separated).
@@ -385,7 +379,7 @@ def _validate(series: Series, path_of) -> None:
                 raise ForkError(f"{path}: added file {f} is missing from {series.root}")
 
 
-def _parse_entry(line: str, where: str) -> tuple[str, str, str]:
+def parse_entry(line: str, where: str) -> tuple[str, str, str]:
     """(name, kind, note) of one base-series line."""
     word, _, rest = line.partition(" ")
     if word in _ENTRY_WORDS:
@@ -430,17 +424,19 @@ def _read_base_series(root: Path, base: str) -> Series:
     by_name = {p.name: p for p in primary.patches}
     entries: list[BaseEntry] = []
     patches: list[Patch] = []
+    listed: set[str] = set()
     last = -1
     for n, raw in enumerate(series_file.read_text().splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
         where = f"{series_file}:{n}"
-        name, kind, note = _parse_entry(line, where)
+        name, kind, note = parse_entry(line, where)
         if name not in order:
             raise ForkError(f"{where}: {name} is not a patch of patches/series")
-        if any(e.name == name for e in entries):
+        if name in listed:
             raise ForkError(f"{where}: {name} listed twice")
+        listed.add(name)
         if order[name] < last:
             raise ForkError(f"{where}: {name} is out of the primary series' order")
         last = order[name]
@@ -463,17 +459,15 @@ def _read_base_series(root: Path, base: str) -> Series:
                 patch, kind = by_name[name], AS_IS
             patches.append(patch)
         entries.append(BaseEntry(name, kind, note))
-    listed = {e.name for e in entries}
     missing = [p.name for p in primary.patches if p.name not in listed]
     if missing:
         raise ForkError(
             f"{series_file}: no line for {', '.join(missing)}; every commit of "
             "patches/series needs one (as-is or variant, drop or todo)"
         )
+    variant_names = {e.name for e in entries if e.kind == VARIANT}
     stray = sorted(
-        f.name
-        for f in folder.glob("*.patch")
-        if not any(e.name == f.name and e.kind == VARIANT for e in entries)
+        f.name for f in folder.glob("*.patch") if f.name not in variant_names
     )
     if stray:
         raise ForkError(

@@ -38,6 +38,8 @@ ROOT = Path(__file__).resolve().parents[2]
 OPS_DIR = ROOT / ".carry" / "v033ops"
 PACKAGE = "v033ops"
 FILES = ("triton_unified_attention.py", "triton_attention_helpers.py")
+# 0.33.0's 3D path takes verify steps of up to this many query tokens.
+MAX_3D_QUERY_LEN = 8
 HELPER_IMPORT = "from vllm.v1.attention.ops.triton_attention_helpers import"
 
 
@@ -77,53 +79,36 @@ def load_benchmark():
     return mod
 
 
-def unified_033_impl(mod, case, max_query_len: int):
-    """0.33.0's unified kernel called as its Triton backend calls it: 16
-    segments, 3D for batches of at most 128 // KV heads requests (scratch
-    per query token), INT8 per-token-head scales."""
+def use_unified_033(bench, mod, max_query_len: int) -> None:
+    """Make the benchmark's own unified variant (its "triton_int8_unified",
+    same arguments as the Triton backend passes) call 0.33.0's kernel, with
+    the one difference 0.33.0 needs: its 3D scratch holds a row per query
+    token, not per request, so the benchmark's per-request buffers are
+    swapped for buffers of ``threshold * max_query_len`` rows (allocated on
+    the first call, which comes before any graph capture, then reused)."""
     import torch
 
-    from vllm.v1.kv_cache_interface import KVQuantMode
+    scratch = {}
 
-    segments, thr = 16, 128 // case.nkv
-    tokens = thr * max_query_len
-    dev = case.q.device
-    segm = (
-        torch.empty(tokens, case.nq, segments, case.hs, device=dev),
-        torch.empty(tokens, case.nq, segments, device=dev),
-        torch.empty(tokens, case.nq, segments, device=dev),
-    )
-
-    def run(i):
-        kc, vc, ks, vs = case.int8[i]
-        mod.unified_attention(
-            q=case.q,
-            k=kc,
-            v=vc,
-            out=case.out,
-            cu_seqlens_q=case.cu_q,
-            max_seqlen_q=case.qlen,
-            seqused_k=case.seq_lens,
-            max_seqlen_k=case.ctx,
-            softmax_scale=case.scale,
-            causal=True,
-            window_size=(-1, -1),
-            block_table=case.block_table,
-            softcap=0,
-            q_descale=None,
-            k_descale=None,
-            v_descale=None,
-            seq_threshold_3D=thr,
-            num_par_softmax_segments=segments,
+    def unified_attention(**kw):
+        out = kw["softmax_segm_output"]
+        key = out.shape
+        if key not in scratch:
+            rows = kw["seq_threshold_3D"] * max_query_len
+            scratch[key] = (
+                torch.empty(rows, *out.shape[1:], device=out.device),
+                torch.empty(rows, *kw["softmax_segm_max"].shape[1:], device=out.device),
+                torch.empty(rows, *kw["softmax_segm_expsum"].shape[1:], device=out.device),
+            )
+        segm = scratch[key]
+        kw.update(
             softmax_segm_output=segm[0],
             softmax_segm_max=segm[1],
             softmax_segm_expsum=segm[2],
-            kv_quant_mode=KVQuantMode.INT8_PER_TOKEN_HEAD,
-            k_scale_cache=ks,
-            v_scale_cache=vs,
         )
+        mod.unified_attention(**kw)
 
-    return run
+    bench.unified_attention = unified_attention
 
 
 def _args(bench, **kw):
@@ -132,7 +117,7 @@ def _args(bench, **kw):
         num_kv_heads=4,
         head_size=256,
         copy_bytes=4 << 30,
-        with_unified=False,
+        with_unified=True,
     )
     vars(ns).update(kw)
     return ns
@@ -168,7 +153,7 @@ def small_case(bench, args, batch, ctx, qlen, block):
 def check(small: bool) -> int:
     """Both kernels against a float64 reference on the first request."""
     bench = load_benchmark()
-    mod = load_unified_033()
+    use_unified_033(bench, load_unified_033(), MAX_3D_QUERY_LEN)
     if small:
         bench.DEVICE = "cpu"
         args = _args(bench, num_q_heads=8, num_kv_heads=2, head_size=128, copy_bytes=1)
@@ -187,7 +172,7 @@ def check(small: bool) -> int:
         impls = bench.make_impls(case, args)
         runs = {
             "split_kv": impls["int8_split_kv"][0],
-            "unified_033": unified_033_impl(mod, case, 8),
+            "unified_033": impls["triton_int8_unified"][0],
         }
         for name, fn in runs.items():
             case.out.zero_()
@@ -204,7 +189,7 @@ def bench_table(json_path: str | None) -> int:
     import torch
 
     bench = load_benchmark()
-    mod = load_unified_033()
+    use_unified_033(bench, load_unified_033(), MAX_3D_QUERY_LEN)
     args = _args(bench)
     rows = []
     for ctx in (32768, 131072):
@@ -214,7 +199,7 @@ def bench_table(json_path: str | None) -> int:
                 impls = bench.make_impls(case, args)
                 runs = {
                     "split_kv": (impls["int8_split_kv"][0], case.copies),
-                    "unified_033": (unified_033_impl(mod, case, 8), case.copies),
+                    "unified_033": (impls["triton_int8_unified"][0], case.copies),
                 }
                 fa = next((k for k in impls if k.startswith("fa")), None)
                 if fa:

@@ -23,11 +23,13 @@ UPSTREAM_FILES = {
 }
 
 
-def _tar_sdist(path: Path) -> None:
+def _tar_sdist(
+    path: Path, files: dict[str, str] = UPSTREAM_FILES, top: str = "vllm-1.2.0"
+) -> None:
     with tarfile.open(path, "w:gz") as tar:
-        for name, text in UPSTREAM_FILES.items():
+        for name, text in files.items():
             data = text.encode()
-            info = tarfile.TarInfo(f"vllm-1.2.0/{name}")
+            info = tarfile.TarInfo(f"{top}/{name}")
             info.size = len(data)
             info.mtime = 1
             tar.addfile(info, io.BytesIO(data))

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import io
 import os
 import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,7 @@ from forktool.gitops import NOTES_REF, git
 from forktool.series import read_series
 from forktool.upstream import read_pin
 
-from .conftest import UPSTREAM_FILES, sha256
+from .conftest import UPSTREAM_FILES, _tar_sdist, sha256
 
 BASE = "1.3.0"
 PATCH_NAME = "0001-fix.patch"
@@ -34,13 +32,7 @@ def _sdist_130(path: Path, line_20: str = "line 20") -> None:
     attn = files["vllm/attn.txt"].replace("line 20\n", f"{line_20}\n")
     files["vllm/attn.txt"] = "new a\nnew b\nnew c\n" + attn
     files["vllm/_version.py"] = "__version__ = version = '1.3.0'\n"
-    with tarfile.open(path, "w:gz") as tar:
-        for name, text in files.items():
-            data = text.encode()
-            info = tarfile.TarInfo(f"vllm-1.3.0/{name}")
-            info.size = len(data)
-            info.mtime = 1
-            tar.addfile(info, io.BytesIO(data))
+    _tar_sdist(path, files, top="vllm-1.3.0")
 
 
 def _write_base_series(root: Path, text: str) -> None:
