@@ -688,3 +688,38 @@ def pick_continue(root: Path, tree: Path, tag: str) -> None:
         )
     finally:
         os.unlink(todo)
+
+
+PRIMARY_REF = "refs/forktool/primary"
+# "<n>:  <hash>" (or "-:  -------") on the header line of each pair.
+_RANGE_DIFF_HASH_RE = re.compile(r"((?:\d+|-):)\s+(?:[0-9a-f]{7,}|-{7,}) ")
+
+
+def range_diff(primary_tree: Path, primary_tag: str, tree: Path, tag: str) -> str:
+    """``git range-diff`` of the primary series (``primary_tag..HEAD`` of
+    ``primary_tree``) against an extra base's series (``tag..HEAD`` of
+    ``tree``), without colour and without commit hashes, so that the text
+    changes only when a commit does."""
+    git(
+        tree,
+        "fetch",
+        "-q",
+        "--no-tags",
+        str(primary_tree),
+        f"+HEAD:{PRIMARY_REF}",
+        f"+refs/tags/{primary_tag}:{PRIMARY_REF}-base",
+    )
+    out = git(
+        tree,
+        "range-diff",
+        "--no-color",
+        "--no-notes",
+        f"{PRIMARY_REF}-base..{PRIMARY_REF}",
+        f"{tag}..HEAD",
+    ).stdout
+    return "".join(
+        _RANGE_DIFF_HASH_RE.sub(r"\1 ", line)
+        if re.match(r"\s*(?:\d+|-):\s", line)
+        else line
+        for line in out.splitlines(keepends=True)
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -87,8 +88,9 @@ def test_as_is_commit_applies_at_an_offset_exports_and_checks(based, tmp_path):
         git(clone, "rev-parse", "HEAD^{tree}").stdout
         == git(tree, "rev-parse", "HEAD^{tree}").stdout
     )
-    # The primary tree is untouched by the base's commands.
-    assert not (based / "build" / "vllm-fork").exists()
+    # The export also writes the range-diff report against the primary
+    # series (materialized for it; see the test below).
+    assert (based / "results" / "series" / f"range_diff_v1.2.0_v{BASE}.txt").is_file()
     assert run(based, "table") == 0
     assert "| on 1.3.0 |" in (based / "PATCHES.md").read_text()
     assert "applies unchanged" in (based / "PATCHES.md").read_text()
@@ -98,6 +100,26 @@ def test_as_is_commit_applies_at_an_offset_exports_and_checks(based, tmp_path):
     pin = read_pin(based, BASE)
     series = read_series(based, BASE)
     assert run_check(based, series, tree, pin.tag, hooks=()) == []
+
+
+def test_base_export_writes_the_range_diff_and_check_finds_it_stale(based, capsys):
+    """The generated range-diff report pairs the commits of both bases
+    without commit hashes ('=' for the commit that applies as it is), and
+    `check` names the report once it no longer matches the two series."""
+    assert run(based, "--base", BASE, "export") == 0
+    report = based / "results" / "series" / f"range_diff_v1.2.0_v{BASE}.txt"
+    lines = report.read_text().splitlines()
+    assert "1: = 1: [Bugfix] Change line 20 of attn" in lines
+    assert not [x for x in lines if re.search(r"\b[0-9a-f]{7,40}\b", x)]
+    capsys.readouterr()
+    run(based, "--base", BASE, "check")
+    assert "range-diff" not in capsys.readouterr().out
+    report.write_text(report.read_text().replace("1: = 1:", "1: ! 1:"))
+    assert run(based, "--base", BASE, "check") == 1
+    assert (
+        f"FAIL results/series/range_diff_v1.2.0_v{BASE}.txt: range-diff report is stale"
+        in capsys.readouterr().out
+    )
 
 
 def test_every_primary_commit_needs_a_line(based, capsys):
