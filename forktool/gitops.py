@@ -691,14 +691,19 @@ def pick_continue(root: Path, tree: Path, tag: str) -> None:
 
 
 PRIMARY_REF = "refs/forktool/primary"
-# "<n>:  <hash>" (or "-:  -------") on the header line of each pair.
-_RANGE_DIFF_HASH_RE = re.compile(r"((?:\d+|-):)\s+(?:[0-9a-f]{7,}|-{7,}) ")
+# The header line of each pair: "<n>:  <hash> <mark> <m>:  <hash> <subject>",
+# a side without the commit written "-:  -------".
+_RANGE_DIFF_PAIR_RE = re.compile(
+    r"^(\s*(?:\d+|-):)\s+(?:[0-9a-f]{7,}|-{7,}) (\S)(\s+(?:\d+|-):)\s+"
+    r"(?:[0-9a-f]{7,}|-{7,}) ",
+    re.M,
+)
 
 
 def range_diff(primary_tree: Path, primary_tag: str, tree: Path, tag: str) -> str:
     """``git range-diff`` of the primary series (``primary_tag..HEAD`` of
     ``primary_tree``) against an extra base's series (``tag..HEAD`` of
-    ``tree``), without colour and without commit hashes, so that the text
+    ``tree``), without colour, notes or commit hashes, so that the text
     changes only when a commit does."""
     git(
         tree,
@@ -717,9 +722,4 @@ def range_diff(primary_tree: Path, primary_tag: str, tree: Path, tag: str) -> st
         f"{PRIMARY_REF}-base..{PRIMARY_REF}",
         f"{tag}..HEAD",
     ).stdout
-    return "".join(
-        _RANGE_DIFF_HASH_RE.sub(r"\1 ", line)
-        if re.match(r"\s*(?:\d+|-):\s", line)
-        else line
-        for line in out.splitlines(keepends=True)
-    )
+    return _RANGE_DIFF_PAIR_RE.sub(r"\1 \2\3 ", out)
