@@ -144,7 +144,7 @@ class HostSampler:
     counters (``step`` names the step being sampled), so that a step which
     is slow on the host shows where it spent its time."""
 
-    def __init__(self, thread_id: int, interval_s: float = 0.005, depth: int = 10):
+    def __init__(self, thread_id: int, interval_s: float = 0.005, depth: int = 16):
         self.thread_id = thread_id
         self.interval_s = interval_s
         self.depth = depth
@@ -157,14 +157,25 @@ class HostSampler:
 
     def _stack(self) -> str | None:
         frame = sys._current_frames().get(self.thread_id)
-        names = []
-        while frame is not None and len(names) < self.depth:
+        frames = []
+        while frame is not None:
             code = frame.f_code
-            names.append(
-                f"{os.path.basename(code.co_filename)}:{code.co_name}:{frame.f_lineno}"
-            )
+            frames.append((code.co_filename, code.co_name, frame.f_lineno))
             frame = frame.f_back
-        return " <- ".join(names) if names else None
+        if not frames:
+            return None
+
+        def name(f):
+            return f"{os.path.basename(f[0])}:{f[1]}:{f[2]}"
+
+        # The innermost frames, then the innermost vLLM frames below them
+        # (what called into torch.compile, Triton or the sampler).
+        names = [name(f) for f in frames[: self.depth // 2]]
+        vllm = [f for f in frames[self.depth // 2 :] if f"{os.sep}vllm{os.sep}" in f[0]]
+        if vllm:
+            names.append("...")
+            names += [name(f) for f in vllm[: self.depth - len(names)]]
+        return " <- ".join(names)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

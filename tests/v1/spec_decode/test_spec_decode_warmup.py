@@ -287,6 +287,7 @@ def test_draftless_steps_warmed(monkeypatch, max_num_seqs):
         device=DEVICE,
         num_spec_tokens=NUM_SPEC_TOKENS,
         drafter=None,
+        use_async_spec_decode=False,
         scheduler_config=types.SimpleNamespace(max_num_seqs=max_num_seqs),
         _dummy_run=lambda num_tokens, **kw: calls.append((num_tokens, kw)),
     )
@@ -312,3 +313,74 @@ def test_draftless_steps_warmed(monkeypatch, max_num_seqs):
     runner.speculative_config = None
     warmup.spec_decode_warmup(runner)
     assert not calls
+
+
+def _corrected_counts(
+    num_computed, num_accepted, prev_positions, valid_counts, prev_drafts, host
+):
+    """The correction's rule, request by request, on lists: a request that
+    had drafts in the previous step (at position p) has computed what it had
+    there plus its valid sampled tokens, and accepted those; any other takes
+    the host's count and keeps its accepted count."""
+    computed, accepted = list(num_computed), list(num_accepted)
+    for i, p in enumerate(prev_positions):
+        if p >= 0 and prev_drafts[p] > 0:
+            computed[i] = num_computed[p] + valid_counts[p]
+            accepted[i] = valid_counts[p]
+        else:
+            computed[i] = host[i]
+    return computed, accepted
+
+
+def test_batch_change_correction_compiled_once():
+    """After the warm-up, the asynchronous scheduler's computed-token
+    correction (torch.compile, dynamic) runs batches of 1-16 requests after
+    batches of 1-16 without recompiling (dynamic shapes alone specialise
+    sizes 0 and 1: four graphs), and corrects each request as the rule
+    says."""
+    torch._dynamo.reset()
+    max_num_reqs = 16
+    # The runner's device buffers, created outside inference mode.
+    num_computed = torch.zeros(max_num_reqs, dtype=torch.int32, device=DEVICE)
+    num_accepted = torch.ones(max_num_reqs, dtype=torch.int32, device=DEVICE)
+    prev_positions = torch.zeros(max_num_reqs, dtype=torch.int64, device=DEVICE)
+    prev_drafts = torch.zeros(max_num_reqs, dtype=torch.int32, device=DEVICE)
+    spec_utils.warmup_update_num_computed_tokens_for_batch_change(
+        num_computed, num_accepted, prev_positions, prev_drafts
+    )
+
+    rng = np.random.default_rng(0)
+    prev_num_reqs = 1
+    with (
+        torch.inference_mode(),
+        torch._dynamo.config.patch(error_on_recompile=True),
+    ):
+        for num_reqs in (1, 2, 1, 3, 16, 1, 5, 2):
+            num_computed.copy_(torch.from_numpy(rng.integers(0, 4096, max_num_reqs)))
+            num_accepted.copy_(torch.from_numpy(rng.integers(1, 7, max_num_reqs)))
+            prev_drafts.copy_(torch.from_numpy(rng.integers(0, 2, max_num_reqs)))
+            # -1: a request that was not in the previous batch.
+            prev = rng.integers(-1, prev_num_reqs, num_reqs)
+            prev_positions[:num_reqs].copy_(torch.from_numpy(prev))
+            valid = rng.integers(1, NUM_SPEC_TOKENS + 2, prev_num_reqs)
+            host = rng.integers(0, 4096, num_reqs)
+            expected = _corrected_counts(
+                num_computed.tolist(),
+                num_accepted.tolist()[:num_reqs],
+                prev.tolist(),
+                valid.tolist(),
+                prev_drafts.tolist(),
+                host.tolist(),
+            )
+
+            spec_utils.update_num_computed_tokens_for_batch_change(
+                num_computed,
+                num_accepted[:num_reqs],
+                prev_positions[:num_reqs],
+                torch.tensor(valid, dtype=torch.int32, device=DEVICE),
+                prev_drafts,
+                torch.tensor(host, dtype=torch.int32, device=DEVICE),
+            )
+            assert num_computed.tolist()[:num_reqs] == expected[0][:num_reqs]
+            assert num_accepted.tolist()[:num_reqs] == expected[1][:num_reqs]
+            prev_num_reqs = num_reqs

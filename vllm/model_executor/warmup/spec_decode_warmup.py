@@ -4,13 +4,18 @@
 
 No dummy run reaches the kernels that verify drafts and prepare the next
 drafting step, so each compiled on first use, while the first requests were
-being served (about 1.5-1.9 s of stall for the decoding requests on an H200).
+being served (about 1.5-1.9 s of stall for the decoding requests on an H200),
+and torch.compile compiled the asynchronous scheduler's computed-token
+correction likewise.
 """
 
 from typing import TYPE_CHECKING
 
 from vllm.logger import init_logger
 from vllm.v1.sample.rejection_sampler import warmup_rejection_greedy_sample_kernel
+from vllm.v1.spec_decode.utils import (
+    warmup_update_num_computed_tokens_for_batch_change,
+)
 
 if TYPE_CHECKING:
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
@@ -25,7 +30,9 @@ _DRAFTLESS_BATCH_SIZES = (1, 2, 16)
 def spec_decode_warmup(model_runner: "GPUModelRunner") -> None:
     """Compile the greedy rejection kernel in both of its variants, the
     drafter's input-preparation kernels (drafters that have them:
-    ``warmup_kernels``) and the model's kernels for steps without drafts."""
+    ``warmup_kernels``), the asynchronous scheduler's correction of the
+    computed-token counts and the model's kernels for steps without
+    drafts."""
     if not model_runner.speculative_config:
         return
     logger.info("Warming up speculative decoding kernels.")
@@ -35,6 +42,14 @@ def spec_decode_warmup(model_runner: "GPUModelRunner") -> None:
     warmup_kernels = getattr(model_runner.drafter, "warmup_kernels", None)
     if warmup_kernels is not None:
         warmup_kernels()
+    if model_runner.use_async_spec_decode:
+        # Compiled by torch.compile on the first step after one with drafts.
+        warmup_update_num_computed_tokens_for_batch_change(
+            model_runner.num_computed_tokens,
+            model_runner.num_accepted_tokens.gpu,
+            model_runner.prev_positions.gpu,
+            model_runner.prev_num_draft_tokens.gpu,
+        )
     _warm_up_draftless_steps(model_runner)
 
 
