@@ -63,18 +63,74 @@ KERNEL_GROUPS = (
 )
 
 
+def _innermost_vllm_frame() -> str | None:
+    """file:function:line of the innermost vLLM frame on this thread's stack
+    (what called into torch.compile)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if f"{os.sep}vllm{os.sep}" in path and f"{os.sep}torch{os.sep}" not in path:
+            name = os.path.basename(path)
+            return f"{name}:{frame.f_code.co_name}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
 class JitLog:
-    """Records Triton JIT compiles after ``start()`` (chains vLLM's hook)."""
+    """Records Triton JIT compiles after ``start()`` (chains vLLM's hook), and
+    torch.compile's (Dynamo's) compiles in ``torch_compiles``: vLLM's JIT
+    monitor sees the first only, but both stall the step they happen in."""
 
     def __init__(self) -> None:
         self.events: list[dict] = []
+        self.torch_compiles: list[dict] = []
+        self._compile_t0: dict[str, tuple[float, str | None]] = {}
         self.phase = "ready"
         self.t0 = time.perf_counter()
 
+    def _start_torch_compile_log(self) -> None:
+        from torch._dynamo.callback import callback_handler
+
+        def started(args) -> None:
+            self._compile_t0[str(args.compile_id)] = (
+                time.perf_counter(),
+                _innermost_vllm_frame(),
+            )
+
+        def ended(args) -> None:
+            t_end = time.perf_counter()
+            t_start, caller = self._compile_t0.pop(str(args.compile_id), (t_end, None))
+            self.torch_compiles.append(
+                {
+                    "t_s": round(t_start - self.t0, 3),
+                    "phase": self.phase,
+                    "compile_id": str(args.compile_id),
+                    "trigger": args.callback_trigger.name,
+                    "s": round(t_end - t_start, 3),
+                    "caller": caller,
+                }
+            )
+
+        callback_handler.register_start_callback(started)
+        callback_handler.register_end_callback(ended)
+        self._torch_callbacks = (started, ended)
+
+    def stop(self) -> None:
+        """Unhooks both logs (the engine's worker never needs to)."""
+        from torch._dynamo.callback import callback_handler
+        from triton import knobs
+
+        started, ended = self._torch_callbacks
+        callback_handler.remove_start_callback(started)
+        callback_handler.remove_end_callback(ended)
+        knobs.runtime.jit_post_compile_hook = self._previous_hook
+
     def start(self) -> None:
+        self._start_torch_compile_log()
         from triton import knobs
 
         previous = knobs.runtime.jit_post_compile_hook
+        self._previous_hook = previous
 
         def hook(*, key, repr, fn, compile, is_manual_warmup, already_compiled):
             constants = (
@@ -274,6 +330,7 @@ def worker(cfg: dict) -> dict:
     if not cfg["concurrent"]:
         result["provenance"] = provenance()
         result["jit_after_ready"] = jit.events
+        result["torch_compiles_after_ready"] = jit.torch_compiles
         return result
     a_len, b_len = cfg["concurrent"]
     pa, pb = make_prompts([a_len, b_len], vocab, seed=7)
@@ -329,9 +386,17 @@ def worker(cfg: dict) -> dict:
             head = f"  mixed step {i} ({step['ms']:.0f} ms)"
             log(f"{head}: {row['ms']} ms in {row['stack']}")
     result["jit_after_ready"] = jit.events
+    result["torch_compiles_after_ready"] = jit.torch_compiles
     log(
         f"{cfg['name']}: {len(jit.events)} JIT compiles after ready: "
         + ", ".join(sorted({f"{e['phase']}:{e['kernel']}" for e in jit.events}))
+    )
+    log(
+        f"{cfg['name']}: {len(jit.torch_compiles)} torch.compile compiles after "
+        "ready: "
+        + ", ".join(
+            f"{e['phase']}:{e['caller']} ({e['s']} s)" for e in jit.torch_compiles
+        )
     )
     result["provenance"] = provenance()
     return result
@@ -418,7 +483,11 @@ def main(argv: list[str] | None = None) -> int:
             if c
             else ""
         )
-        print(f"{'':<14}JIT after ready: {len(r['jit_after_ready'])}{mixed}")
+        torch_compiles = len(r.get("torch_compiles_after_ready", []))
+        print(
+            f"{'':<14}JIT after ready: {len(r['jit_after_ready'])}, "
+            f"torch.compile after ready: {torch_compiles}{mixed}"
+        )
     return 0
 
 

@@ -870,3 +870,45 @@ def test_path_counters_wrap_the_launchers_where_the_backend_calls_them(monkeypat
         "sectioned_prefill": 1,
         "unified": 2,
     }
+
+
+def test_jit_log_records_torch_compiles_with_their_vllm_caller():
+    """step_profile's JitLog also records torch.compile's compiles, which
+    vLLM's JIT monitor (Triton only) does not see, each with the vLLM
+    function that triggered it: here the computed-token correction of
+    asynchronous speculative decoding, compiled by its warm-up, then run for
+    two requests (no recompile)."""
+    import step_profile
+    import torch
+
+    from vllm.v1.spec_decode import utils
+
+    torch._dynamo.reset()
+    log = step_profile.JitLog()
+    log.start()
+    try:
+        log.phase = "warm-up"
+        buffers = [torch.zeros(4, dtype=d) for d in (torch.int32,) * 2 + (torch.int64,)]
+        num_computed, num_accepted, prev_positions = buffers
+        prev_drafts = torch.zeros(4, dtype=torch.int32)
+        utils.warmup_update_num_computed_tokens_for_batch_change(
+            num_computed, num_accepted, prev_positions, prev_drafts
+        )
+        log.phase = "serving"
+        with torch.inference_mode():
+            utils.update_num_computed_tokens_for_batch_change(
+                num_computed,
+                num_accepted[:2],
+                prev_positions[:2],
+                torch.ones(3, dtype=torch.int32),
+                prev_drafts,
+                torch.zeros(2, dtype=torch.int32),
+            )
+    finally:
+        log.stop()
+    assert [e["phase"] for e in log.torch_compiles] == ["warm-up"], log.torch_compiles
+    event = log.torch_compiles[0]
+    assert event["trigger"] == "DYNAMO" and event["s"] > 0
+    assert event["caller"].startswith(
+        "utils.py:update_num_computed_tokens_for_batch_change:"
+    ), event

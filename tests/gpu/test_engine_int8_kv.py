@@ -172,6 +172,15 @@ def _describe(compiles: list[dict]) -> str:
     )
 
 
+def _describe_torch(compiles: list[dict]) -> str:
+    """torch.compile's compiles after ready, each with the vLLM function that
+    triggered it and its duration."""
+    return "\n".join(
+        f"{e['phase']}: {e['caller']} (Dynamo {e['compile_id']}, {e['s']} s)"
+        for e in compiles
+    )
+
+
 def test_no_attention_compile_after_ready(results_dir):
     """A decoding request meets another request's first prefill chunks (mixed
     steps, the last one short enough for the decode path), after a first long
@@ -219,8 +228,10 @@ def test_no_spec_decode_compile_after_ready(results_dir, spec, kv):
     second request arriving while it decodes, compile no kernel once the
     engine is ready (before commit 0010, vLLM's JIT monitor listed 12 with
     DFlash; with ngram, steps without drafts compiled the Gated DeltaNet
-    decode kernels).  One engine per case, so that each GPU-suite stage
-    starts at most two engines."""
+    decode kernels), and no torch.compile graph either (before 0010, the
+    computed-token correction recompiled in the first mixed steps).  One
+    engine per case, so that each GPU-suite stage starts at most two
+    engines."""
     import step_profile
 
     label = f"_spec_no_compile_{spec}_{kv}"
@@ -233,3 +244,8 @@ def test_no_spec_decode_compile_after_ready(results_dir, spec, kv):
     assert "error" not in run, run
     compiles = run["jit_after_ready"]
     assert not compiles, f"{kv}: {_describe(compiles)}"
+    # torch.compile's graphs stall steps as well, and vLLM's JIT monitor does
+    # not see them: the computed-token correction of asynchronous speculative
+    # decoding recompiled at each batch-size change between 1 and more.
+    torch_compiles = run["torch_compiles_after_ready"]
+    assert not torch_compiles, f"{kv}: {_describe_torch(torch_compiles)}"
