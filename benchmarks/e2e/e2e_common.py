@@ -191,6 +191,7 @@ def script_parser(
         max_num_batched_tokens: Default of ``--max-num-batched-tokens``.
         gpu_memory_utilization: Default of ``--gpu-memory-utilization``.
         drafter: Whether the script takes ``--drafter``.
+
     """
     p = argparse.ArgumentParser(
         description=doc.split("\n\n")[0],
@@ -545,7 +546,7 @@ def drop_scale_views(llm) -> int:
 
 
 def spec_counters(metrics) -> dict[str, Any] | None:
-    """vLLM's spec-decode counters in a metrics snapshot (``LLM.get_metrics()``
+    """The spec-decode counters of vLLM in a metrics snapshot (``LLM.get_metrics()``
     or ``vllm.v1.metrics.reader.get_metrics_snapshot()``): num_drafts (verify
     steps of a request that had drafts), num_draft_tokens,
     num_accepted_tokens, accepted_per_pos; None without speculation."""

@@ -126,7 +126,7 @@ def _decode_stats(rec: dict) -> dict:
 
 
 def _spec_snapshot() -> dict | None:
-    """vLLM's spec-decode counters now (the AsyncLLM's Prometheus stat
+    """The spec-decode counters of vLLM now (the AsyncLLM's Prometheus stat
     logger lives in this process); None without speculation."""
     from vllm.v1.metrics.reader import get_metrics_snapshot
 

@@ -97,6 +97,7 @@ def make_prompts(
         cycles: Cycle length of each prompt's last token.
         seed: Seed of the random tokens and trap positions.
         block_tokens: Random tokens before the traps and 8 after them.
+
     """
     rng = random.Random(seed)
     starts: dict[int, int] = {}

@@ -432,6 +432,7 @@ class SuccessorHead:
         cycle_lengths: Lengths of the successor cycles, used round-robin
             until the ordinary tokens run out (the last cycle takes what is
             left).
+
     """
 
     logit: float

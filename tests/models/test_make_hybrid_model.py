@@ -204,7 +204,7 @@ def test_drafter_layer_ids_spread():
 
 @pytest.mark.parametrize("preset", ["tiny", "27b-geometry", "qwen3.5-27b"])
 def test_drafter_layers_share_one_kv_cache_group(preset, tmp_path):
-    """vLLM's DFlash proposer asserts that all drafter layers are in one KV
+    """The DFlash proposer of vLLM asserts that all drafter layers are in one KV
     cache group.  The planner keeps them together only if its group size is
     at least the drafter's 5 layers; a tiny target with 2 full-attention
     layers got group size 2 and a drafter split over 3 groups.  Planned by
