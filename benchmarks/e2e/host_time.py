@@ -13,7 +13,10 @@ rows plus one prefill chunk over cached context).
 By default the attention kernels are replaced by no-ops (their Python
 launchers still run), so the figures are the backend's own Python (what a
 step costs the host in eager and piecewise-graph mode, and what a
-host-bound small model waits for); no GPU is needed.  ``--launch``
+host-bound small model waits for); no GPU is needed.  FlashAttention, which
+INT8 prefills use on a GPU (the sectioned prefill), is replaced by a
+stand-in that returns at once, so that the mixed step takes the path it
+takes there; FlashAttention's own Python is not in these figures.  ``--launch``
 (CUDA) runs the real kernels and times the host side of each step without
 waiting for the GPU between the calls; with ``--busy-ms`` each step is
 queued behind a kernel that keeps the GPU busy, so that its time is host
@@ -62,6 +65,29 @@ def _vllm_config(max_num_seqs: int) -> SimpleNamespace:
     )
 
 
+def _stand_in_for_flash_attention(calls: dict[str, int], no_launch) -> None:
+    """Without a GPU there is no FlashAttention, and INT8 layers would run
+    their prefills on the unified kernel: give them a stand-in (counted in
+    ``calls``) and no-op launches of the sectioned prefill's dequantiser."""
+    from vllm.v1.attention.backends import fa_utils, triton_int8_per_token_head
+    from vllm.v1.attention.ops import triton_int8_sectioned_prefill
+
+    def section_attn_fn(fa_version):
+        def attn(q, k, v, out, *args):
+            calls["flash_attn (stand-in)"] = calls.get("flash_attn (stand-in)", 0) + 1
+            # The log-sum-exp FlashAttention returns: [heads, query tokens].
+            return torch.zeros(q.shape[1], q.shape[0], dtype=torch.float32)
+
+        return attn
+
+    fa_utils.is_flash_attn_varlen_func_available = lambda: True
+    fa_utils.get_flash_attn_version = lambda **kwargs: None
+    triton_int8_per_token_head._flash_attn_section_fn = section_attn_fn
+    triton_int8_sectioned_prefill._dequant_int8_pth_section_kernel = no_launch(
+        "_dequant_int8_pth_section_kernel"
+    )
+
+
 def measure(kv: str, args: argparse.Namespace) -> dict:
     from vllm.model_executor.warmup.triton_attn_warmup import _warmup_batch
     from vllm.v1.attention.backends import triton_attn
@@ -102,6 +128,7 @@ def measure(kv: str, args: argparse.Namespace) -> dict:
         ):
             for name in names:
                 setattr(module, name, NoLaunch(name))
+        _stand_in_for_flash_attention(calls, NoLaunch)
     workspace.init_workspace_manager(device)
     try:
         quant = KVQuantMode.INT8_PER_TOKEN_HEAD if kv == "int8" else KVQuantMode.NONE

@@ -801,9 +801,10 @@ def test_merge_keeps_other_runs_of_the_same_configuration(tmp_path):
 
 def test_host_time_times_each_path_without_a_gpu(tmp_path):
     """host_time.py runs the backend's Python with the kernels replaced by
-    no-ops: INT8 decode and verify steps reach the split-KV kernels (and the
-    mixed step's prefill the unified one), BF16 steps the unified kernel,
-    and every step reports a positive host time."""
+    no-ops: INT8 decode and verify steps reach the split-KV kernels, the
+    mixed step its decode rows' split-KV kernel and the sectioned prefill
+    (dequantiser and FlashAttention's stand-in), as on a GPU; BF16 steps
+    the unified kernel; every step reports a positive host time."""
     import subprocess
 
     out = tmp_path / "host_time.json"
@@ -826,9 +827,11 @@ def test_host_time_times_each_path_without_a_gpu(tmp_path):
     results = json.loads(out.read_text())["results"]
     # 4 steps (warm-up included) x 3 step kinds x 2 layers.
     int8 = results["int8"]["launches_stubbed"]
-    assert int8["kernel_int8_split_kv_attention"] == 4 * 2  # decode
+    assert int8["kernel_int8_split_kv_attention"] == 4 * 2 * 2  # decode, mixed
     assert int8["kernel_int8_split_kv_verify"] == 4 * 2  # verify-6
-    assert int8["kernel_unified_attention"] == 4 * 2  # mixed (no FA here)
+    assert int8["_dequant_int8_pth_section_kernel"] == 4 * 2  # mixed
+    assert int8["flash_attn (stand-in)"] == 4 * 2  # mixed: one call per layer
+    assert "kernel_unified_attention" not in int8
     assert set(results["bf16"]["launches_stubbed"]) == {
         "kernel_unified_attention",
         "reduce_segments",
