@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Issue 21 (host time of INT8 mixed steps): should small prefill chunks send
+# the whole mixed step to the unified kernel?  experiments/host_time/
+# mixed_route_ab.py times the series' split route, the unified route and
+# BF16 Triton (host and wall time per 16-layer step, eager) over batches of
+# 1/8 decode rows + a 16-2,048-token chunk at 512-32K context, and checks
+# that the two INT8 routes agree.  Not run yet; about 2-3 minutes warm.
+# Carry [".carry/vllm026", "dist/patches"].  Results: $OUT/mixed_route_ab.{json,txt}.
+cd "$(dirname "$0")/../.."
+source .carry/vllm026/install.sh >/dev/null
+bash .carry/vllm026/overlay.sh dist/patches/v0.26.0 >/dev/null
+export PYTHONUNBUFFERED=1
+timeout ${LIMIT:-420} python3 experiments/host_time/mixed_route_ab.py > "$OUT/mixed_route_ab.txt" 2>&1
+echo "rc=$?"
+grep -v -i "warn" "$OUT/mixed_route_ab.txt" | tail -34
