@@ -1,0 +1,221 @@
+"""Offline probe of the "token split with V widened in the consumers'
+registers" candidate (README, fourth session of 2026-12-04) for 16 query
+tokens (96 rows per KV head).
+
+Not a kernel to run: one consumer warpgroup of that design walks 128-token
+tiles of K / V^T already in shared memory (no copy stage), so that the SASS
+of its loop shows what such a consumer issues per tile and whether it fits
+its registers:
+* Q.K for its own 64 tokens with tokens on wgmma's M axis: S^T[64, 64 + 32]
+  (two parts of N), the query's high and low int8 parts chained in one int32
+  accumulator each;
+* no column reductions: P = exp2(S - reference) against loop-invariant
+  per-row references (the design's common path, the vote and its rare
+  rescale left out), the row sums kept as full tensors (an upper bound: the
+  design folds them to 24 per thread);
+* its P^T half stored to shared memory as fp16;
+* P.V over all 128 tokens for its 128 output channels with V^T as the
+  register A operand: each 16-token K step loads the int8 V^T slice from
+  shared memory straight into wgmma's A-operand layout and widens it there.
+Prints registers, spills, shared memory and the loop's instruction count
+per warp and per 32 tokens, to hold against the series' 563 (its 128-row
+consumer, `offline_series_wgmma.py 16 0`, no spills).
+
+    CUDA_VISIBLE_DEVICES= .venv/bin/python experiments/int8_verify_gluon/xqa_rega_probe.py
+"""
+
+import re
+import sys
+
+sys.path.insert(0, "experiments/int8_verify_gluon")
+
+from triton.experimental import gluon  # noqa: E402
+from triton.experimental.gluon import language as gl  # noqa: E402
+from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
+    fence_async_shared,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from vllm.v1.attention.ops.triton_int8_split_kv_wgmma import _widen  # noqa: E402
+
+
+@gluon.jit
+def _scores(k_half, q_hi, q_lo, zero):
+    s = warpgroup_mma(k_half, q_hi.permute([1, 0]), zero, use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(0, deps=[s])
+    s = warpgroup_mma(k_half, q_lo.permute([1, 0]), s * 254, use_acc=True, is_async=True)
+    return warpgroup_mma_wait(0, deps=[s])
+
+
+@gluon.jit
+def _probs(s_int, k_scale, row_ref):
+    S = s_int.to(gl.float32) * gl.expand_dims(k_scale, 1)
+    return gl.exp2(S - gl.expand_dims(row_ref, 0))
+
+
+@gluon.jit
+def kernel_rega_probe(
+    out_ptr,  # [N0 + N1, CH] fp32
+    k_ptr,  # [TILE, HEAD] int8
+    vt_ptr,  # [CH, TILE] int8 (V^T)
+    ks_ptr,  # [n_tiles * TILE] fp32
+    q_ptr,  # [2, N0 + N1, HEAD] int8 (high parts, then low parts)
+    n_tiles,
+    HEAD: gl.constexpr,
+    TILE: gl.constexpr,  # 128 tokens; this consumer's Q.K half is TILE // 2
+    CH: gl.constexpr,
+    N0: gl.constexpr,
+    N1: gl.constexpr,
+    KSTEP: gl.constexpr,
+    L_MODE: gl.constexpr,  # row sums: 0 none, 1 full tensors, 2 column sums per tile
+):
+    NW: gl.constexpr = gl.num_warps()
+    HALF: gl.constexpr = TILE // 2
+    LOAD: gl.constexpr = gl.BlockedLayout([1, 16], [2, 16], [NW, 1], [1, 0])
+    s0_l: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, N0, 32]
+    )
+    s1_l: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, N1, 32]
+    )
+    o0_l: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, N0, 16]
+    )
+    o1_l: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, N1, 16]
+    )
+    a0_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o0_l, k_width=2)
+    a1_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o1_l, k_width=2)
+
+    k_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HALF, HEAD], gl.int8)
+    vt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([CH, TILE], gl.int8)
+    q0_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([N0, HEAD], gl.int8)
+    q1_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([N1, HEAD], gl.int8)
+    p0_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TILE, N0], gl.float16)
+    p1_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TILE, N1], gl.float16)
+    k_smem = gl.allocate_shared_memory(gl.int8, [HALF, HEAD], k_sl)
+    vt_smem = gl.allocate_shared_memory(gl.int8, [CH, TILE], vt_sl)
+    q0_hi = gl.allocate_shared_memory(gl.int8, [N0, HEAD], q0_sl)
+    q0_lo = gl.allocate_shared_memory(gl.int8, [N0, HEAD], q0_sl)
+    q1_hi = gl.allocate_shared_memory(gl.int8, [N1, HEAD], q1_sl)
+    q1_lo = gl.allocate_shared_memory(gl.int8, [N1, HEAD], q1_sl)
+    p0_smem = gl.allocate_shared_memory(gl.float16, [TILE, N0], p0_sl)
+    p1_smem = gl.allocate_shared_memory(gl.float16, [TILE, N1], p1_sl)
+
+    d = gl.arange(0, HEAD, layout=gl.SliceLayout(0, LOAD))
+    r0 = gl.arange(0, N0, layout=gl.SliceLayout(1, LOAD))
+    r1 = gl.arange(0, N1, layout=gl.SliceLayout(1, LOAD))
+    NR: gl.constexpr = N0 + N1
+    q0_hi.store(gl.load(q_ptr + gl.expand_dims(r0, 1) * HEAD + gl.expand_dims(d, 0)))
+    q0_lo.store(gl.load(q_ptr + NR * HEAD + gl.expand_dims(r0, 1) * HEAD + gl.expand_dims(d, 0)))
+    q1_hi.store(gl.load(q_ptr + gl.expand_dims(N0 + r1, 1) * HEAD + gl.expand_dims(d, 0)))
+    q1_lo.store(
+        gl.load(q_ptr + NR * HEAD + gl.expand_dims(N0 + r1, 1) * HEAD + gl.expand_dims(d, 0))
+    )
+    t = gl.arange(0, HALF, layout=gl.SliceLayout(1, LOAD))
+    k_smem.store(gl.load(k_ptr + gl.expand_dims(t, 1) * HEAD + gl.expand_dims(d, 0)))
+    c = gl.arange(0, CH, layout=gl.SliceLayout(1, LOAD))
+    tv = gl.arange(0, TILE, layout=gl.SliceLayout(0, LOAD))
+    vt_smem.store(gl.load(vt_ptr + gl.expand_dims(c, 1) * TILE + gl.expand_dims(tv, 0)))
+    fence_async_shared()
+    gl.thread_barrier()
+
+    ref0 = gl.full([N0], 4.0, gl.float32, gl.SliceLayout(0, s0_l))
+    ref1 = gl.full([N1], 4.0, gl.float32, gl.SliceLayout(0, s1_l))
+    z0 = gl.zeros([HALF, N0], gl.int32, s0_l)
+    z1 = gl.zeros([HALF, N1], gl.int32, s1_l)
+    if L_MODE == 2:
+        l0 = gl.zeros([N0], gl.float32, gl.SliceLayout(0, s0_l))
+        l1 = gl.zeros([N1], gl.float32, gl.SliceLayout(0, s1_l))
+    else:
+        l0 = gl.zeros([HALF, N0], gl.float32, s0_l)
+        l1 = gl.zeros([HALF, N1], gl.float32, s1_l)
+    acc0 = gl.zeros([CH, N0], gl.float32, o0_l)
+    acc1 = gl.zeros([CH, N1], gl.float32, o1_l)
+    for j in range(n_tiles):
+        ks0 = gl.load(ks_ptr + j * TILE + gl.arange(0, HALF, gl.SliceLayout(1, s0_l)))
+        P0 = _probs(_scores(k_smem, q0_hi, q0_lo, z0), ks0, ref0)
+        if L_MODE == 1:
+            l0 += P0
+        if L_MODE == 2:
+            l0 += gl.sum(P0, axis=0)
+        p0_smem.slice(0, HALF, dim=0).store(P0.to(gl.float16))
+        ks1 = gl.convert_layout(ks0, gl.SliceLayout(1, s1_l))
+        P1 = _probs(_scores(k_smem, q1_hi, q1_lo, z1), ks1, ref1)
+        if L_MODE == 1:
+            l1 += P1
+        if L_MODE == 2:
+            l1 += gl.sum(P1, axis=0)
+        p1_smem.slice(0, HALF, dim=0).store(P1.to(gl.float16))
+        fence_async_shared()
+        gl.thread_barrier()
+        for kk in gl.static_range(TILE // KSTEP):
+            v_slice = vt_smem.slice(kk * KSTEP, KSTEP, dim=1)
+            a0 = _widen(v_slice.load(a0_l))
+            acc0 = warpgroup_mma(
+                a0, p0_smem.slice(kk * KSTEP, KSTEP, dim=0), acc0, is_async=True
+            )
+            a1 = gl.convert_layout(a0, a1_l)
+            acc1 = warpgroup_mma(
+                a1, p1_smem.slice(kk * KSTEP, KSTEP, dim=0), acc1, is_async=True
+            )
+        acc0, acc1 = warpgroup_mma_wait(0, deps=[acc0, acc1])
+        gl.thread_barrier()
+
+    if L_MODE == 2:
+        s0 = gl.convert_layout(l0, gl.SliceLayout(0, o0_l))
+        s1 = gl.convert_layout(l1, gl.SliceLayout(0, o1_l))
+    else:
+        s0 = gl.convert_layout(gl.sum(l0, axis=0), gl.SliceLayout(0, o0_l))
+        s1 = gl.convert_layout(gl.sum(l1, axis=0), gl.SliceLayout(0, o1_l))
+    oc = gl.arange(0, CH, layout=gl.SliceLayout(1, o0_l))
+    on0 = gl.arange(0, N0, layout=gl.SliceLayout(0, o0_l))
+    gl.store(
+        out_ptr + gl.expand_dims(on0, 0) * CH + gl.expand_dims(oc, 1),
+        acc0 / gl.expand_dims(s0, 0),
+    )
+    oc1 = gl.arange(0, CH, layout=gl.SliceLayout(1, o1_l))
+    on1 = gl.arange(0, N1, layout=gl.SliceLayout(0, o1_l))
+    gl.store(
+        out_ptr + gl.expand_dims(N0 + on1, 0) * CH + gl.expand_dims(oc1, 1),
+        acc1 / gl.expand_dims(s1, 0),
+    )
+
+
+def main() -> None:
+    from sass_stats import build, loop_stats, sass
+
+    cases = [(64, 32, 16, 1), (64, 32, 16, 0), (64, 32, 16, 2), (64, 16, 16, 1), (64, 32, 32, 1)]
+    for n0, n1, kstep, l_mode in cases:
+        consts = dict(HEAD=256, TILE=128, CH=128, N0=n0, N1=n1, KSTEP=kstep, L_MODE=l_mode)
+        try:
+            c = build(
+                sys.modules[__name__],
+                kernel_rega_probe,
+                consts,
+                extra_ptrs={"k_ptr": "*i8", "vt_ptr": "*i8", "q_ptr": "*i8"},
+                types={"n_tiles": "i32"},
+                gluon=True,
+            )
+        except Exception as e:  # noqa: BLE001
+            print(f"N={n0}+{n1} KSTEP={kstep} L_MODE={l_mode}: does not compile: {str(e)[:600]}")
+            continue
+        u, s = sass(c)
+        print(
+            f"N={n0}+{n1} KSTEP={kstep} L_MODE={l_mode}:",
+            re.findall(r"REG:\d+ STACK:\d+ SHARED:\d+", u),
+            "smem",
+            c.metadata.shared,
+        )
+        for lo, hi, n, ops in loop_stats(s):
+            # One loop iteration is a 128-token tile; per 32 tokens:
+            print(
+                f"  loop {hex(lo)}-{hex(hi)}: {n} instructions per warp and tile,"
+                f" {n / 4:.0f} per 32 tokens",
+                dict(ops.most_common(14)),
+            )
+
+
+if __name__ == "__main__":
+    main()
