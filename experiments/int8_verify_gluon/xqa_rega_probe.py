@@ -68,7 +68,7 @@ def kernel_rega_probe(
     N0: gl.constexpr,
     N1: gl.constexpr,
     KSTEP: gl.constexpr,
-    L_MODE: gl.constexpr,  # row sums: 0 none, 1 full tensors, 2 column sums per tile
+    L_MODE: gl.constexpr,  # row sums: 0 none, 1 full tensors, 2 column sums per tile, 3 per-thread folds
 ):
     NW: gl.constexpr = gl.num_warps()
     HALF: gl.constexpr = TILE // 2
@@ -128,6 +128,11 @@ def kernel_rega_probe(
     if L_MODE == 2:
         l0 = gl.zeros([N0], gl.float32, gl.SliceLayout(0, s0_l))
         l1 = gl.zeros([N1], gl.float32, gl.SliceLayout(0, s1_l))
+    elif L_MODE == 3:
+        # Rows w * 16 + h * 8 + lane // 4: h is in a thread's registers, so
+        # summing over it folds a thread's two rows without shuffles.
+        l0 = gl.sum(gl.reshape(gl.zeros([HALF, N0], gl.float32, s0_l), [NW, 2, 8, N0]), axis=1)
+        l1 = gl.sum(gl.reshape(gl.zeros([HALF, N1], gl.float32, s1_l), [NW, 2, 8, N1]), axis=1)
     else:
         l0 = gl.zeros([HALF, N0], gl.float32, s0_l)
         l1 = gl.zeros([HALF, N1], gl.float32, s1_l)
@@ -140,6 +145,8 @@ def kernel_rega_probe(
             l0 += P0
         if L_MODE == 2:
             l0 += gl.sum(P0, axis=0)
+        if L_MODE == 3:
+            l0 += gl.sum(gl.reshape(P0, [NW, 2, 8, N0]), axis=1)
         p0_smem.slice(0, HALF, dim=0).store(P0.to(gl.float16))
         ks1 = gl.convert_layout(ks0, gl.SliceLayout(1, s1_l))
         P1 = _probs(_scores(k_smem, q1_hi, q1_lo, z1), ks1, ref1)
@@ -147,6 +154,8 @@ def kernel_rega_probe(
             l1 += P1
         if L_MODE == 2:
             l1 += gl.sum(P1, axis=0)
+        if L_MODE == 3:
+            l1 += gl.sum(gl.reshape(P1, [NW, 2, 8, N1]), axis=1)
         p1_smem.slice(0, HALF, dim=0).store(P1.to(gl.float16))
         fence_async_shared()
         gl.thread_barrier()
@@ -166,6 +175,9 @@ def kernel_rega_probe(
     if L_MODE == 2:
         s0 = gl.convert_layout(l0, gl.SliceLayout(0, o0_l))
         s1 = gl.convert_layout(l1, gl.SliceLayout(0, o1_l))
+    elif L_MODE == 3:
+        s0 = gl.convert_layout(gl.sum(gl.sum(l0, axis=0), axis=0), gl.SliceLayout(0, o0_l))
+        s1 = gl.convert_layout(gl.sum(gl.sum(l1, axis=0), axis=0), gl.SliceLayout(0, o1_l))
     else:
         s0 = gl.convert_layout(gl.sum(l0, axis=0), gl.SliceLayout(0, o0_l))
         s1 = gl.convert_layout(gl.sum(l1, axis=0), gl.SliceLayout(0, o1_l))
@@ -186,7 +198,8 @@ def kernel_rega_probe(
 def main() -> None:
     from sass_stats import build, loop_stats, sass
 
-    cases = [(64, 32, 16, 1), (64, 32, 16, 0), (64, 32, 16, 2), (64, 16, 16, 1), (64, 32, 32, 1)]
+    cases = [(64, 32, 16, 1), (64, 32, 16, 0), (64, 32, 16, 2), (64, 32, 16, 3), (64, 16, 16, 1)]
+    cases = [c for c in cases if not sys.argv[1:] or str(c[3]) in sys.argv[1:]]
     for n0, n1, kstep, l_mode in cases:
         consts = dict(HEAD=256, TILE=128, CH=128, N0=n0, N1=n1, KSTEP=kstep, L_MODE=l_mode)
         try:
