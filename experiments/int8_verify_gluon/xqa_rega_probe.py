@@ -55,6 +55,26 @@ def _probs(s_int, k_scale, row_ref):
 
 
 @gluon.jit
+def _relabel_rows(x, SIGMA: gl.constexpr):
+    # Row k of the result is row sigma(k) of x within each 16-row group:
+    # (t3, t2, t1, t0) -> (k3, k2, k1, k0) = (t1, t3, t2, t0).
+    if SIGMA:
+        R: gl.constexpr = x.shape[0]
+        N: gl.constexpr = x.shape[1]
+        y = x.reshape([R // 16, 2, 2, 2, 2, N]).permute([0, 3, 1, 2, 4, 5])
+        return y.reshape([R, N])
+    else:
+        return x
+
+
+@gluon.jit
+def _relabel_cols(x):
+    C: gl.constexpr = x.shape[0]
+    y = x.reshape([C, 2, 2, 2, 2]).permute([0, 3, 1, 2, 4])
+    return y.reshape([C, 16])
+
+
+@gluon.jit
 def kernel_rega_probe(
     out_ptr,  # [N0 + N1, CH] fp32
     k_ptr,  # [TILE, HEAD] int8
@@ -69,6 +89,8 @@ def kernel_rega_probe(
     N1: gl.constexpr,
     KSTEP: gl.constexpr,
     L_MODE: gl.constexpr,  # row sums: 0 none, 1 full tensors, 2 column sums per tile, 3 per-thread folds
+    SIGMA: gl.constexpr,  # relabel the tokens of each 16-token K step (README): 32-bit V^T loads
+    INFLIGHT: gl.constexpr,  # P.V wgmmas left in flight after each K step (-1: no bound)
 ):
     NW: gl.constexpr = gl.num_warps()
     HALF: gl.constexpr = TILE // 2
@@ -87,6 +109,15 @@ def kernel_rega_probe(
     )
     a0_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o0_l, k_width=2)
     a1_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o1_l, k_width=2)
+    # a0_l composed with the relabelling, with a thread's 4 contiguous tokens
+    # first among its registers (KSTEP 16, CH 128, 4 warps).
+    v_l: gl.constexpr = gl.DistributedLinearLayout(
+        reg_bases=[[0, 1], [0, 2], [8, 0], [64, 0]],
+        lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]],
+        warp_bases=[[16, 0], [32, 0]],
+        block_bases=[],
+        shape=[CH, KSTEP],
+    )
 
     k_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HALF, HEAD], gl.int8)
     vt_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([CH, TILE], gl.int8)
@@ -123,8 +154,6 @@ def kernel_rega_probe(
 
     ref0 = gl.full([N0], 4.0, gl.float32, gl.SliceLayout(0, s0_l))
     ref1 = gl.full([N1], 4.0, gl.float32, gl.SliceLayout(0, s1_l))
-    z0 = gl.zeros([HALF, N0], gl.int32, s0_l)
-    z1 = gl.zeros([HALF, N1], gl.int32, s1_l)
     if L_MODE == 2:
         l0 = gl.zeros([N0], gl.float32, gl.SliceLayout(0, s0_l))
         l1 = gl.zeros([N1], gl.float32, gl.SliceLayout(0, s1_l))
@@ -140,6 +169,9 @@ def kernel_rega_probe(
     acc1 = gl.zeros([CH, N1], gl.float32, o1_l)
     for j in range(n_tiles):
         ks0 = gl.load(ks_ptr + j * TILE + gl.arange(0, HALF, gl.SliceLayout(1, s0_l)))
+        # (zero accumulators made in the loop: kept across it, they held 48
+        # registers)
+        z0 = gl.zeros([HALF, N0], gl.int32, s0_l)
         P0 = _probs(_scores(k_smem, q0_hi, q0_lo, z0), ks0, ref0)
         if L_MODE == 1:
             l0 += P0
@@ -147,8 +179,9 @@ def kernel_rega_probe(
             l0 += gl.sum(P0, axis=0)
         if L_MODE == 3:
             l0 += gl.sum(gl.reshape(P0, [NW, 2, 8, N0]), axis=1)
-        p0_smem.slice(0, HALF, dim=0).store(P0.to(gl.float16))
+        p0_smem.slice(0, HALF, dim=0).store(_relabel_rows(P0.to(gl.float16), SIGMA))
         ks1 = gl.convert_layout(ks0, gl.SliceLayout(1, s1_l))
+        z1 = gl.zeros([HALF, N1], gl.int32, s1_l)
         P1 = _probs(_scores(k_smem, q1_hi, q1_lo, z1), ks1, ref1)
         if L_MODE == 1:
             l1 += P1
@@ -156,12 +189,15 @@ def kernel_rega_probe(
             l1 += gl.sum(P1, axis=0)
         if L_MODE == 3:
             l1 += gl.sum(gl.reshape(P1, [NW, 2, 8, N1]), axis=1)
-        p1_smem.slice(0, HALF, dim=0).store(P1.to(gl.float16))
+        p1_smem.slice(0, HALF, dim=0).store(_relabel_rows(P1.to(gl.float16), SIGMA))
         fence_async_shared()
         gl.thread_barrier()
         for kk in gl.static_range(TILE // KSTEP):
             v_slice = vt_smem.slice(kk * KSTEP, KSTEP, dim=1)
-            a0 = _widen(v_slice.load(a0_l))
+            if SIGMA:
+                a0 = gl.convert_layout(_relabel_cols(_widen(v_slice.load(v_l))), a0_l)
+            else:
+                a0 = _widen(v_slice.load(a0_l))
             acc0 = warpgroup_mma(
                 a0, p0_smem.slice(kk * KSTEP, KSTEP, dim=0), acc0, is_async=True
             )
@@ -169,6 +205,10 @@ def kernel_rega_probe(
             acc1 = warpgroup_mma(
                 a1, p1_smem.slice(kk * KSTEP, KSTEP, dim=0), acc1, is_async=True
             )
+            if INFLIGHT >= 0:
+                # Register A operands stay live until their wgmma retires:
+                # bound the wgmmas in flight.
+                acc0, acc1 = warpgroup_mma_wait(INFLIGHT, deps=[acc0, acc1])
         acc0, acc1 = warpgroup_mma_wait(0, deps=[acc0, acc1])
         gl.thread_barrier()
 
@@ -198,10 +238,31 @@ def kernel_rega_probe(
 def main() -> None:
     from sass_stats import build, loop_stats, sass
 
-    cases = [(64, 32, 16, 1), (64, 32, 16, 0), (64, 32, 16, 2), (64, 32, 16, 3), (64, 16, 16, 1)]
-    cases = [c for c in cases if not sys.argv[1:] or str(c[3]) in sys.argv[1:]]
-    for n0, n1, kstep, l_mode in cases:
-        consts = dict(HEAD=256, TILE=128, CH=128, N0=n0, N1=n1, KSTEP=kstep, L_MODE=l_mode)
+    cases = [
+        (64, 32, 16, 1, 0),
+        (64, 32, 16, 0, 0),
+        (64, 32, 16, 2, 0),
+        (64, 32, 16, 3, 0),
+        (64, 16, 16, 1, 0),
+        (64, 32, 16, 3, 1),
+        (64, 32, 16, 0, 1),
+        (64, 16, 16, 3, 1),
+        (64, 8, 16, 3, 1),
+    ]
+    cases = [(*c, -1) for c in cases] + [(64, 32, 16, 3, 1, n) for n in (0, 1, 2, 4)]
+    cases = [c for c in cases if not sys.argv[1:] or f"{c[3]}{c[4]}{c[5]}" in sys.argv[1:]]
+    for n0, n1, kstep, l_mode, sigma, inflight in cases:
+        consts = dict(
+            HEAD=256,
+            TILE=128,
+            CH=128,
+            N0=n0,
+            N1=n1,
+            KSTEP=kstep,
+            L_MODE=l_mode,
+            SIGMA=sigma,
+            INFLIGHT=inflight,
+        )
         try:
             c = build(
                 sys.modules[__name__],
@@ -212,11 +273,11 @@ def main() -> None:
                 gluon=True,
             )
         except Exception as e:  # noqa: BLE001
-            print(f"N={n0}+{n1} KSTEP={kstep} L_MODE={l_mode}: does not compile: {str(e)[:600]}")
+            print(f"N={n0}+{n1} KSTEP={kstep} L_MODE={l_mode} SIGMA={sigma} INFLIGHT={inflight}: does not compile: {str(e)[:600]}")
             continue
         u, s = sass(c)
         print(
-            f"N={n0}+{n1} KSTEP={kstep} L_MODE={l_mode}:",
+            f"N={n0}+{n1} KSTEP={kstep} L_MODE={l_mode} SIGMA={sigma} INFLIGHT={inflight}:",
             re.findall(r"REG:\d+ STACK:\d+ SHARED:\d+", u),
             "smem",
             c.metadata.shared,
