@@ -91,6 +91,7 @@ def kernel_rega_probe(
     L_MODE: gl.constexpr,  # row sums: 0 none, 1 full tensors, 2 column sums per tile, 3 per-thread folds
     SIGMA: gl.constexpr,  # relabel the tokens of each 16-token K step (README): 32-bit V^T loads
     INFLIGHT: gl.constexpr,  # P.V wgmmas left in flight after each K step (-1: no bound)
+    REF_SMEM: gl.constexpr,  # reload the row references from shared memory every tile
 ):
     NW: gl.constexpr = gl.num_warps()
     HALF: gl.constexpr = TILE // 2
@@ -152,8 +153,17 @@ def kernel_rega_probe(
     fence_async_shared()
     gl.thread_barrier()
 
-    ref0 = gl.full([N0], 4.0, gl.float32, gl.SliceLayout(0, s0_l))
-    ref1 = gl.full([N1], 4.0, gl.float32, gl.SliceLayout(0, s1_l))
+    # Each row's softmax reference (running state in a full kernel): from
+    # memory, so that it costs what it would (a constant folds away).
+    ref0 = gl.load(ks_ptr + gl.arange(0, N0, gl.SliceLayout(0, s0_l)))
+    ref1 = gl.load(ks_ptr + N0 + gl.arange(0, N1, gl.SliceLayout(0, s1_l)))
+    if REF_SMEM:
+        ref_sl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+        ref0_smem = gl.allocate_shared_memory(gl.float32, [N0], ref_sl)
+        ref1_smem = gl.allocate_shared_memory(gl.float32, [N1], ref_sl)
+        ref0_smem.store(ref0)
+        ref1_smem.store(ref1)
+        gl.thread_barrier()
     if L_MODE == 2:
         l0 = gl.zeros([N0], gl.float32, gl.SliceLayout(0, s0_l))
         l1 = gl.zeros([N1], gl.float32, gl.SliceLayout(0, s1_l))
@@ -172,6 +182,8 @@ def kernel_rega_probe(
         # (zero accumulators made in the loop: kept across it, they held 48
         # registers)
         z0 = gl.zeros([HALF, N0], gl.int32, s0_l)
+        if REF_SMEM:
+            ref0 = ref0_smem.load(gl.SliceLayout(0, s0_l))
         P0 = _probs(_scores(k_smem, q0_hi, q0_lo, z0), ks0, ref0)
         if L_MODE == 1:
             l0 += P0
@@ -182,6 +194,8 @@ def kernel_rega_probe(
         p0_smem.slice(0, HALF, dim=0).store(_relabel_rows(P0.to(gl.float16), SIGMA))
         ks1 = gl.convert_layout(ks0, gl.SliceLayout(1, s1_l))
         z1 = gl.zeros([HALF, N1], gl.int32, s1_l)
+        if REF_SMEM:
+            ref1 = ref1_smem.load(gl.SliceLayout(0, s1_l))
         P1 = _probs(_scores(k_smem, q1_hi, q1_lo, z1), ks1, ref1)
         if L_MODE == 1:
             l1 += P1
@@ -249,9 +263,10 @@ def main() -> None:
         (64, 16, 16, 3, 1),
         (64, 8, 16, 3, 1),
     ]
-    cases = [(*c, -1) for c in cases] + [(64, 32, 16, 3, 1, n) for n in (0, 1, 2, 4)]
-    cases = [c for c in cases if not sys.argv[1:] or f"{c[3]}{c[4]}{c[5]}" in sys.argv[1:]]
-    for n0, n1, kstep, l_mode, sigma, inflight in cases:
+    cases = [(*c, -1, 0) for c in cases] + [(64, 32, 16, 3, 1, n, 0) for n in (0, 2, 4)]
+    cases += [(64, 32, 16, 3, 1, 0, 1), (64, 32, 16, 0, 1, 0, 1)]
+    cases = [c for c in cases if not sys.argv[1:] or "".join(map(str, c[3:])) in sys.argv[1:]]
+    for n0, n1, kstep, l_mode, sigma, inflight, ref_smem in cases:
         consts = dict(
             HEAD=256,
             TILE=128,
@@ -262,6 +277,7 @@ def main() -> None:
             L_MODE=l_mode,
             SIGMA=sigma,
             INFLIGHT=inflight,
+            REF_SMEM=ref_smem,
         )
         try:
             c = build(
@@ -273,11 +289,12 @@ def main() -> None:
                 gluon=True,
             )
         except Exception as e:  # noqa: BLE001
-            print(f"N={n0}+{n1} KSTEP={kstep} L_MODE={l_mode} SIGMA={sigma} INFLIGHT={inflight}: does not compile: {str(e)[:600]}")
+            print(f"N={n0}+{n1} KSTEP={kstep} L_MODE={l_mode} SIGMA={sigma} INFLIGHT={inflight} REF_SMEM={ref_smem}: does not compile: {str(e)[:600]}")
             continue
         u, s = sass(c)
         print(
-            f"N={n0}+{n1} KSTEP={kstep} L_MODE={l_mode} SIGMA={sigma} INFLIGHT={inflight}:",
+            f"N={n0}+{n1} KSTEP={kstep} L_MODE={l_mode} SIGMA={sigma} INFLIGHT={inflight}"
+            f" REF_SMEM={ref_smem}:",
             re.findall(r"REG:\d+ STACK:\d+ SHARED:\d+", u),
             "smem",
             c.metadata.shared,
