@@ -249,6 +249,11 @@ def kernel_rega_probe(
     )
 
 
+# MAXNREG=240: the registers a consumer warpgroup of a warp-specialised kernel
+# gets (two consumers and a producer, as the series' kernel).
+MAXNREG = None
+
+
 def main() -> None:
     from sass_stats import build, loop_stats, sass
 
@@ -290,6 +295,7 @@ def main() -> None:
                 extra_ptrs={"k_ptr": "*i8", "vt_ptr": "*i8", "q_ptr": "*i8"},
                 types={"n_tiles": "i32"},
                 gluon=True,
+                maxnreg=MAXNREG,
             )
         except Exception as e:  # noqa: BLE001
             print(f"N={n0}+{n1} KSTEP={kstep} L_MODE={l_mode} SIGMA={sigma} INFLIGHT={inflight} REF_SMEM={ref_smem}: does not compile: {str(e)[:600]}")
@@ -312,4 +318,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    import os
+
+    MAXNREG = int(os.environ["MAXNREG"]) if os.environ.get("MAXNREG") else None
     main()
