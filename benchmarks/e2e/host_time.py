@@ -65,16 +65,53 @@ def _vllm_config(max_num_seqs: int) -> SimpleNamespace:
     )
 
 
-def _stand_in_for_flash_attention(calls: dict[str, int], no_launch) -> None:
-    """Without a GPU there is no FlashAttention, and INT8 layers would run
-    their prefills on the unified kernel: give them a stand-in (counted in
-    ``calls``) and no-op launches of the sectioned prefill's dequantiser."""
+def _count(calls: dict[str, int], name: str) -> None:
+    calls[name] = calls.get(name, 0) + 1
+
+
+class _NoLaunch:
+    """A Triton kernel whose launches are only counted in ``calls``."""
+
+    def __init__(self, calls: dict[str, int], name: str):
+        self.calls, self.name = calls, name
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: _count(self.calls, self.name)
+
+
+def _stub_kernels(calls: dict[str, int]) -> None:
+    """Replace the attention kernels by no-ops counted in ``calls``: their
+    launchers still run, so that the launchers' Python (argument checks,
+    geometry, strides) is timed with the backend's.  Without a GPU there is
+    no FlashAttention either, and INT8 layers would run their prefills on the
+    unified kernel: they get a stand-in for it (and no-op launches of the
+    sectioned prefill's dequantiser)."""
     from vllm.v1.attention.backends import fa_utils, triton_int8_per_token_head
-    from vllm.v1.attention.ops import triton_int8_sectioned_prefill
+    from vllm.v1.attention.ops import (
+        triton_int8_sectioned_prefill,
+        triton_int8_split_kv_attention,
+        triton_unified_attention,
+    )
+
+    for module, names in (
+        (triton_unified_attention, ("kernel_unified_attention", "reduce_segments")),
+        (
+            triton_int8_split_kv_attention,
+            (
+                "kernel_int8_split_kv_attention",
+                "kernel_int8_split_kv_verify",
+                "kernel_int8_split_kv_verify_wgmma",
+                "kernel_int8_split_kv_reduce",
+            ),
+        ),
+        (triton_int8_sectioned_prefill, ("_dequant_int8_pth_section_kernel",)),
+    ):
+        for name in names:
+            setattr(module, name, _NoLaunch(calls, name))
 
     def section_attn_fn(fa_version):
         def attn(q, k, v, out, *args):
-            calls["flash_attn (stand-in)"] = calls.get("flash_attn (stand-in)", 0) + 1
+            _count(calls, "flash_attn (stand-in)")
             # The log-sum-exp FlashAttention returns: [heads, query tokens].
             return torch.zeros(q.shape[1], q.shape[0], dtype=torch.float32)
 
@@ -83,9 +120,6 @@ def _stand_in_for_flash_attention(calls: dict[str, int], no_launch) -> None:
     fa_utils.is_flash_attn_varlen_func_available = lambda: True
     fa_utils.get_flash_attn_version = lambda **kwargs: None
     triton_int8_per_token_head._flash_attn_section_fn = section_attn_fn
-    triton_int8_sectioned_prefill._dequant_int8_pth_section_kernel = no_launch(
-        "_dequant_int8_pth_section_kernel"
-    )
 
 
 def measure(kv: str, args: argparse.Namespace) -> dict:
@@ -97,38 +131,7 @@ def measure(kv: str, args: argparse.Namespace) -> dict:
     device = torch.device("cuda" if args.launch else "cpu")
     calls: dict[str, int] = {}
     if not args.launch:
-        # The kernels themselves, so that the launchers' Python (argument
-        # checks, geometry, strides) is timed with the backend's.
-        from vllm.v1.attention.ops import (
-            triton_int8_split_kv_attention,
-            triton_unified_attention,
-        )
-
-        class NoLaunch:
-            def __init__(self, name):
-                self.name = name
-
-            def __getitem__(self, grid):
-                def launch(*a, **kw):
-                    calls[self.name] = calls.get(self.name, 0) + 1
-
-                return launch
-
-        for module, names in (
-            (triton_unified_attention, ("kernel_unified_attention", "reduce_segments")),
-            (
-                triton_int8_split_kv_attention,
-                (
-                    "kernel_int8_split_kv_attention",
-                    "kernel_int8_split_kv_verify",
-                    "kernel_int8_split_kv_verify_wgmma",
-                    "kernel_int8_split_kv_reduce",
-                ),
-            ),
-        ):
-            for name in names:
-                setattr(module, name, NoLaunch(name))
-        _stand_in_for_flash_attention(calls, NoLaunch)
+        _stub_kernels(calls)
     workspace.init_workspace_manager(device)
     try:
         quant = KVQuantMode.INT8_PER_TOKEN_HEAD if kv == "int8" else KVQuantMode.NONE

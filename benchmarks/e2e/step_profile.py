@@ -63,17 +63,23 @@ KERNEL_GROUPS = (
 )
 
 
+def _frame_name(frame) -> str:
+    code = frame.f_code
+    return f"{os.path.basename(code.co_filename)}:{code.co_name}:{frame.f_lineno}"
+
+
+def _is_vllm_frame(frame) -> bool:
+    path = frame.f_code.co_filename
+    return f"{os.sep}vllm{os.sep}" in path and f"{os.sep}torch{os.sep}" not in path
+
+
 def _innermost_vllm_frame() -> str | None:
     """file:function:line of the innermost vLLM frame on this thread's stack
     (what called into torch.compile)."""
     frame = sys._getframe(1)
-    while frame is not None:
-        path = frame.f_code.co_filename
-        if f"{os.sep}vllm{os.sep}" in path and f"{os.sep}torch{os.sep}" not in path:
-            name = os.path.basename(path)
-            return f"{name}:{frame.f_code.co_name}:{frame.f_lineno}"
+    while frame is not None and not _is_vllm_frame(frame):
         frame = frame.f_back
-    return None
+    return None if frame is None else _frame_name(frame)
 
 
 class JitLog:
@@ -129,8 +135,7 @@ class JitLog:
         self._start_torch_compile_log()
         from triton import knobs
 
-        previous = knobs.runtime.jit_post_compile_hook
-        self._previous_hook = previous
+        previous = self._previous_hook = knobs.runtime.jit_post_compile_hook
 
         def hook(*, key, repr, fn, compile, is_manual_warmup, already_compiled):
             constants = (
@@ -215,22 +220,17 @@ class HostSampler:
         frame = sys._current_frames().get(self.thread_id)
         frames = []
         while frame is not None:
-            code = frame.f_code
-            frames.append((code.co_filename, code.co_name, frame.f_lineno))
+            frames.append(frame)
             frame = frame.f_back
         if not frames:
             return None
-
-        def name(f):
-            return f"{os.path.basename(f[0])}:{f[1]}:{f[2]}"
-
         # The innermost frames, then the innermost vLLM frames below them
         # (what called into torch.compile, Triton or the sampler).
-        names = [name(f) for f in frames[: self.depth // 2]]
-        vllm = [f for f in frames[self.depth // 2 :] if f"{os.sep}vllm{os.sep}" in f[0]]
+        names = [_frame_name(f) for f in frames[: self.depth // 2]]
+        vllm = [f for f in frames[self.depth // 2 :] if _is_vllm_frame(f)]
         if vllm:
             names.append("...")
-            names += [name(f) for f in vllm[: self.depth - len(names)]]
+            names += [_frame_name(f) for f in vllm[: self.depth - len(names)]]
         return " <- ".join(names)
 
     def _run(self) -> None:

@@ -23,8 +23,8 @@ and wall time (the same, then a synchronize), medians of `--steps`.
 
     python3 experiments/host_time/mixed_route_ab.py      # $OUT/mixed_route_ab.json
 
-DEVICE=cpu (with TRITON_INTERPRET=1) runs one small case with the kernels
-stubbed, to check the script only.
+DEVICE=cpu runs one small case with the kernels stubbed as host_time.py
+stubs them, to check the script only.
 """
 
 import json
@@ -89,10 +89,11 @@ def batch(num_decodes, chunk, ctx, gen):
 
 
 def setup(kv, num_blocks):
-    quant = KVQuantMode.INT8_PER_TOKEN_HEAD if kv.startswith("int8") else KVQuantMode.NONE
+    int8 = kv.startswith("int8")
+    quant = KVQuantMode.INT8_PER_TOKEN_HEAD if int8 else KVQuantMode.NONE
     spec = FullAttentionSpec(block_size=BS, num_kv_heads=KVH, head_size=D,
                              dtype=torch.bfloat16, kv_quant_mode=quant)
-    cache_dtype = host_time.KV_DTYPES["int8" if kv.startswith("int8") else "bf16"]
+    cache_dtype = host_time.KV_DTYPES["int8" if int8 else "bf16"]
     builder = triton_attn.TritonAttentionMetadataBuilder(spec, [], host_time._vllm_config(16), DEV)
     impls = [triton_attn.TritonAttentionImpl(H, D, D**-0.5, KVH, None, None, cache_dtype)
              for _ in range(LAYERS)]
@@ -102,16 +103,16 @@ def setup(kv, num_blocks):
             impl._int8_kernels = int8_backend.Int8PerTokenHeadKernels(
                 k.decode, int8_backend.Int8PrefillKernel.UNIFIED, None)
     shape = triton_attn.TritonAttentionBackend.get_kv_cache_shape(num_blocks, BS, KVH, D, cache_dtype)
-    dtype = torch.int8 if kv.startswith("int8") else torch.bfloat16
-    cache = torch.randint(-100, 100, shape, dtype=torch.int8, device=DEV).view(dtype) \
-        if dtype == torch.int8 else torch.randn(shape, dtype=dtype, device=DEV) * 0.1
+    if int8:
+        int8_backend.reserve_int8_prefill_workspace(builder)
+        cache = torch.randint(-100, 100, shape, dtype=torch.int8, device=DEV)
+    else:
+        cache = torch.randn(shape, dtype=torch.bfloat16, device=DEV) * 0.1
     return builder, impls, cache
 
 
 def run_case(kv, cam, num_blocks, layer):
     builder, impls, cache = setup(kv, num_blocks)
-    if kv.startswith("int8"):
-        int8_backend.reserve_int8_prefill_workspace(builder)
     n = cam.num_actual_tokens
     q = torch.randn(n, H, D, dtype=torch.bfloat16, device=DEV)
     k = torch.randn(n, KVH, D, dtype=torch.bfloat16, device=DEV)
@@ -136,16 +137,9 @@ def run_case(kv, cam, num_blocks, layer):
 
 def main():
     if DEV.type == "cpu":
-        # No FlashAttention here: a stand-in that returns at once (so the
-        # INT8 routes' outputs differ on the CPU; the check means nothing).
-        from vllm.v1.attention.backends import fa_utils
-
-        def section_fn(fa_version):
-            return lambda q, *args: torch.zeros(q.shape[1], q.shape[0])
-
-        fa_utils.is_flash_attn_varlen_func_available = lambda: True
-        fa_utils.get_flash_attn_version = lambda **kwargs: None
-        int8_backend._flash_attn_section_fn = section_fn
+        # No FlashAttention here: the kernels stubbed as host_time.py stubs
+        # them (so the INT8 routes' outputs differ; the check means nothing).
+        host_time._stub_kernels({})
     workspace.init_workspace_manager(DEV)
     layer = SimpleNamespace(_q_scale=torch.ones(1, device=DEV), _k_scale=torch.ones(1, device=DEV),
                             _v_scale=torch.ones(1, device=DEV))

@@ -15,13 +15,13 @@ import importlib.util
 import json
 import os
 import sys
-import types
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 from benchmarks.kernels import benchmark_int8_kv_attention as bench  # noqa: E402
+from breakdown import bench_args  # noqa: E402
 from pdl_variant import generate  # noqa: E402
 
 split_kv = bench.split_kv
@@ -122,15 +122,7 @@ CASES = os.environ.get(
 
 
 def main():
-    args = types.SimpleNamespace(
-        num_q_heads=24,
-        num_kv_heads=4,
-        head_size=256,
-        copy_bytes=400 * 2**20,
-        with_unified=False,
-        no_errors=True,
-        calls=24,
-    )
+    args = bench_args()
     paths = generate("/tmp/pdl")
     bufs = (
         torch.zeros(1 << 16, dtype=torch.int64, device="cuda"),

@@ -36,44 +36,31 @@ import sys
 WGMMA = "vllm/v1/attention/ops/triton_int8_split_kv_wgmma.py"
 SPLIT = "vllm/v1/attention/ops/triton_int8_split_kv_attention.py"
 
-HELPERS = '''
-
+def _asm_helper(name: str, asm: str, out: str, dtype: str) -> str:
+    """Source of a one-instruction Gluon helper; ``dep`` orders it."""
+    return f'''
 @gluon.jit
-def _gdc_launch(dep):
+def {name}(dep):
     return gl.inline_asm_elementwise(
-        asm="griddepcontrol.launch_dependents; mov.u32 $0, $1;",
-        constraints="=r,r",
+        asm="{asm}",
+        constraints="={out},r",
         args=[dep],
-        dtype=gl.int32,
-        is_pure=False,
-        pack=1,
-    )
-
-
-@gluon.jit
-def _gdc_wait(dep):
-    return gl.inline_asm_elementwise(
-        asm="griddepcontrol.wait; mov.u32 $0, $1;",
-        constraints="=r,r",
-        args=[dep],
-        dtype=gl.int32,
-        is_pure=False,
-        pack=1,
-    )
-
-
-@gluon.jit
-def _gtimer(dep):
-    return gl.inline_asm_elementwise(
-        asm="mov.u64 $0, %globaltimer;",
-        constraints="=l,r",
-        args=[dep],
-        dtype=gl.int64,
+        dtype=gl.{dtype},
         is_pure=False,
         pack=1,
     )
 
 '''
+
+
+HELPERS = "\n" + "".join(
+    _asm_helper(*h)
+    for h in (
+        ("_gdc_launch", "griddepcontrol.launch_dependents; mov.u32 $0, $1;", "r", "int32"),
+        ("_gdc_wait", "griddepcontrol.wait; mov.u32 $0, $1;", "r", "int32"),
+        ("_gtimer", "mov.u64 $0, %globaltimer;", "l", "int64"),
+    )
+)
 
 
 def _replace(src: str, old: str, new: str, count: int = 1) -> str:

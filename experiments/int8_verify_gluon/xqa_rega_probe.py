@@ -38,14 +38,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
 )
 
 from vllm.v1.attention.ops.triton_int8_split_kv_wgmma import _widen  # noqa: E402
-
-
-@gluon.jit
-def _scores(k_half, q_hi, q_lo, zero):
-    s = warpgroup_mma(k_half, q_hi.permute([1, 0]), zero, use_acc=False, is_async=True)
-    s = warpgroup_mma_wait(0, deps=[s])
-    s = warpgroup_mma(k_half, q_lo.permute([1, 0]), s * 254, use_acc=True, is_async=True)
-    return warpgroup_mma_wait(0, deps=[s])
+from xqa_probe import _part_scores  # noqa: E402  (Q.K of one row part)
 
 
 @gluon.jit
@@ -184,7 +177,7 @@ def kernel_rega_probe(
         z0 = gl.zeros([HALF, N0], gl.int32, s0_l)
         if REF_SMEM:
             ref0 = ref0_smem.load(gl.SliceLayout(0, s0_l))
-        P0 = _probs(_scores(k_smem, q0_hi, q0_lo, z0), ks0, ref0)
+        P0 = _probs(_part_scores(k_smem, q0_hi, q0_lo, z0), ks0, ref0)
         if L_MODE == 1:
             l0 += P0
         if L_MODE == 2:
@@ -196,7 +189,7 @@ def kernel_rega_probe(
         z1 = gl.zeros([HALF, N1], gl.int32, s1_l)
         if REF_SMEM:
             ref1 = ref1_smem.load(gl.SliceLayout(0, s1_l))
-        P1 = _probs(_scores(k_smem, q1_hi, q1_lo, z1), ks1, ref1)
+        P1 = _probs(_part_scores(k_smem, q1_hi, q1_lo, z1), ks1, ref1)
         if L_MODE == 1:
             l1 += P1
         if L_MODE == 2:

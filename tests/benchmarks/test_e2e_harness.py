@@ -891,8 +891,9 @@ def test_jit_log_records_torch_compiles_with_their_vllm_caller():
     log.start()
     try:
         log.phase = "warm-up"
-        buffers = [torch.zeros(4, dtype=d) for d in (torch.int32,) * 2 + (torch.int64,)]
-        num_computed, num_accepted, prev_positions = buffers
+        num_computed = torch.zeros(4, dtype=torch.int32)
+        num_accepted = torch.zeros(4, dtype=torch.int32)
+        prev_positions = torch.zeros(4, dtype=torch.int64)
         prev_drafts = torch.zeros(4, dtype=torch.int32)
         utils.warmup_update_num_computed_tokens_for_batch_change(
             num_computed, num_accepted, prev_positions, prev_drafts
