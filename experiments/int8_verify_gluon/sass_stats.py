@@ -57,11 +57,11 @@ def sass(compiled):
     return usage, s
 
 def loop_stats(s):
-    lines = [l for l in s.splitlines() if re.match(r"\s+/\*[0-9a-f]{4}\*/", l)]
+    lines = [l for l in s.splitlines() if re.match(r"\s+/\*[0-9a-f]{4,5}\*/", l)]
     # find backward branches => loops
     addr = []
     for l in lines:
-        m = re.match(r"\s+/\*([0-9a-f]{4})\*/\s+(.*?);", l)
+        m = re.match(r"\s+/\*([0-9a-f]{4,5})\*/\s+(.*?);", l)
         if m: addr.append((int(m.group(1), 16), m.group(2)))
     loops = []
     for a, ins in addr:

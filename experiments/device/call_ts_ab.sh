@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Issue 20: the token-split verify kernel (experiments/int8_verify_gluon/
+# ts_verify.py) checked against the series on ragged batches, then timed
+# against the series and FA3 at 12-16 tokens (ts_ab.py).  Carry
+# [".carry/vllm026", "dist/patches"].  Results: $OUT/ts_ab.{json,txt}.
+cd "$(dirname "$0")/../.."
+source .carry/vllm026/install.sh >/dev/null
+bash .carry/vllm026/overlay.sh dist/patches/v0.26.0 >/dev/null
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name --format=csv,noheader
+timeout ${LIMIT:-500} python3 experiments/int8_verify_gluon/ts_ab.py > "$OUT/ts_ab.txt" 2>&1
+echo "rc=$?"
+grep -v -i "warn" "$OUT/ts_ab.txt" | tail -30
