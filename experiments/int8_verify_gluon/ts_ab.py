@@ -31,9 +31,9 @@ import ts_verify  # noqa: E402
 split_kv = bench.split_kv
 
 
-def settings():
+def settings(var="TS_SETTINGS"):
     out = {}
-    for kv in filter(None, os.environ.get("TS_SETTINGS", "").split(",")):
+    for kv in filter(None, os.environ.get(var, "").split(",")):
         k, v = kv.split("=")
         out[k] = int(v)
     return out
@@ -50,21 +50,23 @@ def ragged(case, q_lens, seq_lens):
     return cu[-1]
 
 
+CHECK_CASES = [
+    # batch, ctx, q, block, q_lens (None: all q), seq_lens (None: all ctx)
+    (1, 1000, 16, 16, None, None),
+    (1, 1001, 12, 1600, None, None),
+    (1, 33, 16, 16, None, None),
+    (2, 200, 16, 16, [16, 11], [200, 150]),
+    (3, 4099, 14, 1600, [14, 12, 13], [4099, 3000, 129]),
+    (1, 997, 16, 16, None, None),
+    (4, 40000, 16, 16, [16, 15, 16, 12], [40000, 39000, 100, 20000]),
+    (1, 131072, 16, 16, None, None),
+    (8, 32768, 12, 16, None, None),
+]
+
+
 def check(args, extra) -> list[dict]:
     rows = []
-    cases = [
-        # batch, ctx, q, block, q_lens (None: all q), seq_lens (None: all ctx)
-        (1, 1000, 16, 16, None, None),
-        (1, 1001, 12, 1600, None, None),
-        (1, 33, 16, 16, None, None),
-        (2, 200, 16, 16, [16, 11], [200, 150]),
-        (3, 4099, 14, 1600, [14, 12, 13], [4099, 3000, 129]),
-        (1, 997, 16, 16, None, None),
-        (4, 40000, 16, 16, [16, 15, 16, 12], [40000, 39000, 100, 20000]),
-        (1, 131072, 16, 16, None, None),
-        (8, 32768, 12, 16, None, None),
-    ]
-    for b, ctx, q, bs, q_lens, seq_lens in cases:
+    for b, ctx, q, bs, q_lens, seq_lens in CHECK_CASES:
         case = bench.Case(args, b, ctx, q, bs)
         n = b * q
         if q_lens:
@@ -115,6 +117,23 @@ def main():
         results["check_sigma0"] = checks
         ok = all(r["finite"] and r["rel_max_diff"] < 0.02 for r in checks)
     results["timed_settings"] = {**ts_verify.SETTINGS, **settings(), **extra}
+    # A second form to time beside it (TS_ALT, e.g. "INFLIGHT=1"), checked on
+    # three of the cases first.
+    alt = settings("TS_ALT")
+    if ok and alt:
+        alt = {**settings(), **extra, **alt}
+        saved = os.environ.get("TS_SETTINGS", "")
+        os.environ["TS_SETTINGS"] = ",".join(f"{k}={v}" for k, v in alt.items())
+        global CHECK_CASES
+        full, CHECK_CASES = CHECK_CASES, [CHECK_CASES[i] for i in (3, 4, 6)]
+        alt_checks = check(args, {})
+        CHECK_CASES = full
+        os.environ["TS_SETTINGS"] = saved
+        results["check_alt"] = alt_checks
+        if not all(r["finite"] and r["rel_max_diff"] < 0.02 for r in alt_checks):
+            print("ALT CHECK FAILED: alt not timed", flush=True)
+            alt = {}
+    results["alt_settings"] = alt
     timed = []
     if not ok:
         print("CHECK FAILED: not timed", flush=True)
@@ -126,12 +145,16 @@ def main():
             fa = next(n for n in impls if n.startswith("fa"))
             fn = impls["int8_split_kv"][0]
             ts = ts_verify.TokenSplitVerify(SERIES_VERIFY, 6 * q, **{**settings(), **extra})
-            row = dict(batch=b, ctx=ctx, q=q, fa=[], series=[], ts=[])
+            ts_alt = ts_verify.TokenSplitVerify(SERIES_VERIFY, 6 * q, **alt) if alt else None
+            row = dict(batch=b, ctx=ctx, q=q, fa=[], series=[], ts=[], alt=[])
             for _ in range(2):
                 row["fa"].append(round(bench.time_graph(impls[fa][0], case.copies_bf16), 2))
                 row["series"].append(round(bench.time_graph(fn, case.copies), 2))
                 with kernels(ts, SERIES_REDUCE):
                     row["ts"].append(round(bench.time_graph(fn, case.copies), 2))
+                if ts_alt is not None:
+                    with kernels(ts_alt, SERIES_REDUCE):
+                        row["alt"].append(round(bench.time_graph(fn, case.copies), 2))
             timed.append(row)
             print(json.dumps(row), flush=True)
             del case, impls
@@ -145,11 +168,11 @@ def main():
         print(f"  {r['batch']} {r['ctx']} q{r['q']} b{r['block']} | {r['rel_max_diff']:.4f} | "
               f"{r.get('err_series', float('nan')):.4f} / {r.get('err_ts', float('nan')):.4f}"
               f"{'' if r['finite'] else ' NOT FINITE'}")
-    print("b ctx q | FA3 us | series us | token split us | FA3/series | FA3/ts")
+    print(f"b ctx q | FA3 us | series us | token split us | FA3/series | FA3/ts | alt {alt}")
     for r in timed:
         fa, se, ts = min(r["fa"]), min(r["series"]), min(r["ts"])
         print(f"{r['batch']} {r['ctx']} {r['q']} | {r['fa']} | {r['series']} | {r['ts']} | "
-              f"{fa / se:.2f} | {fa / ts:.2f}")
+              f"{fa / se:.2f} | {fa / ts:.2f} | {r['alt']}")
 
 
 if __name__ == "__main__":
