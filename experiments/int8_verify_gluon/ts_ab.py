@@ -119,21 +119,24 @@ def main():
     results["timed_settings"] = {**ts_verify.SETTINGS, **settings(), **extra}
     # A second form to time beside it (TS_ALT, e.g. "INFLIGHT=1"), checked on
     # three of the cases first.
-    alt = settings("TS_ALT")
-    if ok and alt:
-        alt = {**settings(), **extra, **alt}
-        saved = os.environ.get("TS_SETTINGS", "")
-        os.environ["TS_SETTINGS"] = ",".join(f"{k}={v}" for k, v in alt.items())
+    # Further forms to time beside it (TS_ALT, ";"-separated, e.g.
+    # "QPAIR=0;SIGMA=0"), each checked on three of the cases first.
+    alts = []
+    for spec in filter(None, os.environ.get("TS_ALT", "").split(";")):
+        if not ok:
+            break
+        os.environ["TS_ONE_ALT"] = spec
+        alt = {**settings(), **extra, **settings("TS_ONE_ALT")}
         global CHECK_CASES
         full, CHECK_CASES = CHECK_CASES, [CHECK_CASES[i] for i in (3, 4, 6)]
-        alt_checks = check(args, {})
+        alt_checks = check(args, alt)
         CHECK_CASES = full
-        os.environ["TS_SETTINGS"] = saved
-        results["check_alt"] = alt_checks
-        if not all(r["finite"] and r["rel_max_diff"] < 0.02 for r in alt_checks):
-            print("ALT CHECK FAILED: alt not timed", flush=True)
-            alt = {}
-    results["alt_settings"] = alt
+        results.setdefault("check_alt", []).append({"settings": alt, "rows": alt_checks})
+        if all(r["finite"] and r["rel_max_diff"] < 0.02 for r in alt_checks):
+            alts.append(alt)
+        else:
+            print(f"ALT CHECK FAILED: {spec} not timed", flush=True)
+    results["alt_settings"] = alts
     timed = []
     if not ok:
         print("CHECK FAILED: not timed", flush=True)
@@ -145,16 +148,17 @@ def main():
             fa = next(n for n in impls if n.startswith("fa"))
             fn = impls["int8_split_kv"][0]
             ts = ts_verify.TokenSplitVerify(SERIES_VERIFY, 6 * q, **{**settings(), **extra})
-            ts_alt = ts_verify.TokenSplitVerify(SERIES_VERIFY, 6 * q, **alt) if alt else None
-            row = dict(batch=b, ctx=ctx, q=q, fa=[], series=[], ts=[], alt=[])
+            ts_alts = [ts_verify.TokenSplitVerify(SERIES_VERIFY, 6 * q, **a) for a in alts]
+            row = dict(batch=b, ctx=ctx, q=q, fa=[], series=[], ts=[],
+                       alt=[[] for _ in alts])
             for _ in range(2):
                 row["fa"].append(round(bench.time_graph(impls[fa][0], case.copies_bf16), 2))
                 row["series"].append(round(bench.time_graph(fn, case.copies), 2))
                 with kernels(ts, SERIES_REDUCE):
                     row["ts"].append(round(bench.time_graph(fn, case.copies), 2))
-                if ts_alt is not None:
+                for k, ts_alt in enumerate(ts_alts):
                     with kernels(ts_alt, SERIES_REDUCE):
-                        row["alt"].append(round(bench.time_graph(fn, case.copies), 2))
+                        row["alt"][k].append(round(bench.time_graph(fn, case.copies), 2))
             timed.append(row)
             print(json.dumps(row), flush=True)
             del case, impls
@@ -168,7 +172,7 @@ def main():
         print(f"  {r['batch']} {r['ctx']} q{r['q']} b{r['block']} | {r['rel_max_diff']:.4f} | "
               f"{r.get('err_series', float('nan')):.4f} / {r.get('err_ts', float('nan')):.4f}"
               f"{'' if r['finite'] else ' NOT FINITE'}")
-    print(f"b ctx q | FA3 us | series us | token split us | FA3/series | FA3/ts | alt {alt}")
+    print(f"b ctx q | FA3 us | series us | token split us | FA3/series | FA3/ts | alts {alts}")
     for r in timed:
         fa, se, ts = min(r["fa"]), min(r["series"]), min(r["ts"])
         print(f"{r['batch']} {r['ctx']} {r['q']} | {r['fa']} | {r['series']} | {r['ts']} | "

@@ -12,7 +12,7 @@ n1 = int(sys.argv[2]) if len(sys.argv) > 2 else 32
 regs = int(os.environ.get("REGS", 224))
 consts = dict(num_query_heads=24, NUM_QUERIES_PER_KV=6, HEAD_SIZE=256, BLOCK_SIZE=bs, N1=n1,
               STAGES=int(os.environ.get("STAGES", 2)), AHEAD=1, P_LOG2_SCALE=6.0,
-              RESCALE_THRESHOLD=8.0, INFLIGHT=int(os.environ.get("INFLIGHT", 0)), CONSUMER_REGS=regs, SIGMA=bool(int(os.environ.get("SIGMA", 1))))
+              RESCALE_THRESHOLD=8.0, INFLIGHT=int(os.environ.get("INFLIGHT", 0)), CONSUMER_REGS=regs, SIGMA=bool(int(os.environ.get("SIGMA", 1))), QPAIR=bool(int(os.environ.get("QPAIR", 1))))
 c = build(ts, ts.kernel_int8_verify_token_split, consts, gluon=True, maxnreg=ts.MAX_REGISTERS)
 u, s = sass(c)
 open(f"/tmp/ts_{bs}_{n1}.sass", "w").write(s)

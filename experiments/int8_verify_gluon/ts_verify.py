@@ -79,24 +79,28 @@ def _sync(bar, phase):
 
 
 @gluon.jit
-def _part_scores(k_tile, q_hi, q_lo, zero):
+def _part_scores(k_tile, q_hi, q_lo, zero, QPAIR: gl.constexpr):
     s = warpgroup_mma(k_tile, q_hi.permute([1, 0]), zero, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(0, deps=[s])
-    s = warpgroup_mma(k_tile, q_lo.permute([1, 0]), s * 254, use_acc=True, is_async=True)
-    return warpgroup_mma_wait(0, deps=[s])
+    if QPAIR:
+        s = warpgroup_mma(
+            k_tile, q_lo.permute([1, 0]), s * 254, use_acc=True, is_async=True
+        )
+        s = warpgroup_mma_wait(0, deps=[s])
+    return s
 
 
 @gluon.jit
 def _part_logits(
     k_tile, q_hi, q_lo, ks, col0, pos, q_start_pos, kv_end,
     causal, MASKED: gl.constexpr, s_layout: gl.constexpr, N: gl.constexpr,
-    G: gl.constexpr,
+    G: gl.constexpr, QPAIR: gl.constexpr,
 ):
     # S^T of this consumer's 64 tokens for one part of the rows times the
     # tokens' K scales (the rows' scales are applied later); invisible keys
     # -inf.
     zero = gl.zeros([64, N], gl.int32, s_layout)
-    s = _part_scores(k_tile, q_hi, q_lo, zero)
+    s = _part_scores(k_tile, q_hi, q_lo, zero, QPAIR)
     y = s.to(gl.float32) * gl.expand_dims(ks, 1)
     if MASKED:
         r = col0 + gl.arange(0, N, layout=gl.SliceLayout(0, s_layout))
@@ -220,7 +224,7 @@ def _tile_step(
     ready, kfree, xbar, G: gl.constexpr, STAGES: gl.constexpr, N1: gl.constexpr,
     P_LOG2_SCALE: gl.constexpr, RESCALE_THRESHOLD: gl.constexpr,
     INFLIGHT: gl.constexpr, C: gl.constexpr, MASKED: gl.constexpr,
-    SIGMA: gl.constexpr,
+    SIGMA: gl.constexpr, QPAIR: gl.constexpr,
 ):
     # One 128-token tile (see the module docstring); MASKED: the tile holds
     # keys some query row must not see (the context's end, causality).
@@ -278,10 +282,10 @@ def _tile_step(
     pos1 = gl.convert_layout(pos, tok1)
 
     x0 = _part_logits(k_half, q_hi0, q_lo0, ks, 0, pos, q_start_pos,
-                      seq_len, causal, MASKED, s0_l, N0, G)
+                      seq_len, causal, MASKED, s0_l, N0, G, QPAIR)
     f0, pv0 = _part_probs(x0, qsc0_smem, ref0, vfac0, P_LOG2_SCALE, SIGMA)
     x1 = _part_logits(k_half, q_hi1, q_lo1, ks1, N0, pos1, q_start_pos,
-                      seq_len, causal, MASKED, s1_l, N1, G)
+                      seq_len, causal, MASKED, s1_l, N1, G, QPAIR)
     f1, pv1 = _part_probs(x1, qsc1_smem, ref1, vfac1, P_LOG2_SCALE, SIGMA)
     # Some P above 2**(P_LOG2_SCALE + threshold) in either consumer: a
     # reference moves (every column's fold is at least its largest P).
@@ -294,9 +298,9 @@ def _tile_step(
     theirs = gl.max(flag_smem.index(1 - C).load(FLAT), axis=0)
     if gl.maximum(mine, theirs) > T_FLAG:
         x0 = _part_logits(k_half, q_hi0, q_lo0, ks, 0, pos, q_start_pos,
-                          seq_len, causal, MASKED, s0_l, N0, G)
+                          seq_len, causal, MASKED, s0_l, N0, G, QPAIR)
         x1 = _part_logits(k_half, q_hi1, q_lo1, ks1, N0, pos1,
-                          q_start_pos, seq_len, causal, MASKED, s1_l, N1, G)
+                          q_start_pos, seq_len, causal, MASKED, s1_l, N1, G, QPAIR)
         cm0_smem.index(C).store(_col_max(x0, qsc0_smem))
         cm1_smem.index(C).store(_col_max(x1, qsc1_smem))
         xphase = _sync(xbar, xphase)
@@ -350,6 +354,7 @@ def _consumer(
     G: gl.constexpr, HEAD_SIZE: gl.constexpr, STAGES: gl.constexpr,
     N1: gl.constexpr, P_LOG2_SCALE: gl.constexpr, RESCALE_THRESHOLD: gl.constexpr,
     INFLIGHT: gl.constexpr, C: gl.constexpr, SIGMA: gl.constexpr,
+    QPAIR: gl.constexpr,
 ):
     NW: gl.constexpr = gl.num_warps()
     N0: gl.constexpr = 64
@@ -424,9 +429,12 @@ def _consumer(
     q_scale = gl.where(q_amax > 0.0, q_amax / 127.0, 1.0)
     Q = Q / gl.expand_dims(q_scale, 1)
     q_hi = gl.floor(Q + 0.5)
-    ql.store(gl.floor((Q - q_hi) * 254.0 + 0.5).to(gl.int8))
     qh.store(q_hi.to(gl.int8))
-    qs.store(q_scale * (qk_scale / 254.0))
+    if QPAIR:
+        ql.store(gl.floor((Q - q_hi) * 254.0 + 0.5).to(gl.int8))
+        qs.store(q_scale * (qk_scale / 254.0))
+    else:
+        qs.store(q_scale * qk_scale)
     fence_async_shared()
     xphase = _sync(xbar, q_len * 0)
 
@@ -442,7 +450,7 @@ def _consumer(
             k_smem, v_smem, ks_smem, vs_smem, p0_smem, p1_smem,
             sums0, sums1, ref0, ref1, cm0_smem, cm1_smem, flag_smem,
             ready, kfree, xbar, G, STAGES, N1, P_LOG2_SCALE, RESCALE_THRESHOLD,
-            INFLIGHT, C, False, SIGMA,
+            INFLIGHT, C, False, SIGMA, QPAIR,
         )
     for i in range(n_full, n_tiles):
         acc0, acc1, v_ref, xphase = _tile_step(
@@ -451,7 +459,7 @@ def _consumer(
             k_smem, v_smem, ks_smem, vs_smem, p0_smem, p1_smem,
             sums0, sums1, ref0, ref1, cm0_smem, cm1_smem, flag_smem,
             ready, kfree, xbar, G, STAGES, N1, P_LOG2_SCALE, RESCALE_THRESHOLD,
-            INFLIGHT, C, True, SIGMA,
+            INFLIGHT, C, True, SIGMA, QPAIR,
         )
 
     # Row sums of both consumers, then this consumer's channels of every row.
@@ -528,6 +536,7 @@ def kernel_int8_verify_token_split(
     N1: gl.constexpr, STAGES: gl.constexpr, AHEAD: gl.constexpr,
     P_LOG2_SCALE: gl.constexpr, RESCALE_THRESHOLD: gl.constexpr,
     INFLIGHT: gl.constexpr, CONSUMER_REGS: gl.constexpr, SIGMA: gl.constexpr,
+    QPAIR: gl.constexpr,
 ):
     N0: gl.constexpr = 64
     kv_head_idx = gl.program_id(0)
@@ -609,7 +618,7 @@ def kernel_int8_verify_token_split(
                     tile_lo, n_tiles, full_lo, full_hi, causal,
                     num_query_heads, q_stride_0, q_stride_1, out_stride_0, out_stride_1,
                     NUM_QUERIES_PER_KV, HEAD_SIZE, STAGES, N1, P_LOG2_SCALE,
-                    RESCALE_THRESHOLD, INFLIGHT, 0, SIGMA,
+                    RESCALE_THRESHOLD, INFLIGHT, 0, SIGMA, QPAIR,
                 ),
             ),
             (
@@ -624,7 +633,7 @@ def kernel_int8_verify_token_split(
                     tile_lo, n_tiles, full_lo, full_hi, causal,
                     num_query_heads, q_stride_0, q_stride_1, out_stride_0, out_stride_1,
                     NUM_QUERIES_PER_KV, HEAD_SIZE, STAGES, N1, P_LOG2_SCALE,
-                    RESCALE_THRESHOLD, INFLIGHT, 1, SIGMA,
+                    RESCALE_THRESHOLD, INFLIGHT, 1, SIGMA, QPAIR,
                 ),
             ),
         ],
@@ -634,7 +643,7 @@ def kernel_int8_verify_token_split(
 
 
 # Launch settings the A/B uses (env overrides in ts_ab.py).
-SETTINGS = dict(STAGES=2, AHEAD=1, INFLIGHT=0, SIGMA=1)
+SETTINGS = dict(STAGES=2, AHEAD=1, INFLIGHT=0, SIGMA=1, QPAIR=1)
 
 
 class TokenSplitVerify:
@@ -676,6 +685,7 @@ class TokenSplitVerify:
                 INFLIGHT=self.settings["INFLIGHT"],
                 CONSUMER_REGS=regs,
                 SIGMA=bool(self.settings["SIGMA"]),
+                QPAIR=bool(self.settings["QPAIR"]),
                 num_warps=4,
                 maxnreg=MAX_REGISTERS,
             )
