@@ -8,6 +8,11 @@ source .carry/vllm026/install.sh >/dev/null
 bash .carry/vllm026/overlay.sh dist/patches/v0.26.0 >/dev/null
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name --format=csv,noheader
+# A hang (a barrier phase gone wrong) must not eat the call: a short smoke
+# run first, in its own process, under a short limit.
+TS_SMOKE=1 timeout -s KILL ${SMOKE_LIMIT:-150} python3 experiments/int8_verify_gluon/ts_ab.py > "$OUT/ts_smoke.txt" 2>&1
+rc=$?; echo "smoke rc=$rc"; grep -v -i "warn" "$OUT/ts_smoke.txt" | tail -5
+[ $rc -eq 0 ] || [ -n "$FORCE" ] || exit 1
 timeout ${LIMIT:-500} python3 experiments/int8_verify_gluon/ts_ab.py > "$OUT/ts_ab.txt" 2>&1
 echo "rc=$?"
 grep -v -i "warn" "$OUT/ts_ab.txt" | tail -30

@@ -104,6 +104,13 @@ TIMED = os.environ.get(
 
 def main():
     args = bench_args()
+    if os.environ.get("TS_SMOKE"):
+        # A first, short run in its own process (the call script gives it a
+        # time limit): a kernel that hangs costs a minute, not the call.
+        global CHECK_CASES
+        CHECK_CASES = [CHECK_CASES[i] for i in (0, 3)]
+        rows = check(args, {})
+        sys.exit(0 if all(r["finite"] for r in rows) else 1)
     results = {"settings": {**ts_verify.SETTINGS, **settings()}}
     extra = {}
     checks = check(args, extra)
