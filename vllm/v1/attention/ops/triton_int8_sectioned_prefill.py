@@ -36,6 +36,7 @@ import torch
 
 from vllm.logger import init_logger
 from vllm.triton_utils import tl, triton
+from vllm.utils.math_utils import cdiv, next_power_of_2
 from vllm.utils.platform_utils import is_pin_memory_available
 from vllm.v1.attention.ops.merge_attn_states import merge_attn_states
 
@@ -379,9 +380,7 @@ def dequant_int8_pth_section(
     assert key_cache.dtype == value_cache.dtype == torch.int8
     assert value_cache.shape == key_cache.shape
     assert k_scale.stride() == v_scale.stride()
-    assert key_out.shape[-1] == head_size and head_size == triton.next_power_of_2(
-        head_size
-    )
+    assert key_out.shape[-1] == head_size and head_size == next_power_of_2(head_size)
     assert key_out.stride() == value_out.stride() and key_out.stride(-1) == 1
     if new_key is None:
         assert new_value is None
@@ -398,7 +397,7 @@ def dequant_int8_pth_section(
     if section_len + new_len == 0:
         return
     block_t = 16
-    grid = (triton.cdiv(section_len + new_len, block_t), num_kv_heads)
+    grid = (cdiv(section_len + new_len, block_t), num_kv_heads)
     _dequant_int8_pth_section_kernel[grid](
         key_cache,
         value_cache,

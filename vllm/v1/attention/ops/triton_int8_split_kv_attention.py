@@ -57,6 +57,7 @@ import torch
 from vllm.logger import init_logger
 from vllm.platforms import current_platform
 from vllm.triton_utils import tl, triton
+from vllm.utils.math_utils import cdiv, next_power_of_2
 
 try:
     from vllm.v1.attention.ops.triton_int8_split_kv_wgmma import (
@@ -319,7 +320,7 @@ def select_int8_split_kv_geometry(
         # scratch cannot hold two).
         tile_split = rows <= base.block_m
         partials_per_segment = 2 if tile_split else 1
-        programs_per_seq *= triton.cdiv(rows, _wgmma_program_rows(base, tile_split))
+        programs_per_seq *= cdiv(rows, _wgmma_program_rows(base, tile_split))
         max_programs = WGMMA_PROGRAMS_PER_SM * max(num_sms, 1)
     while (
         num_segments > 1 and num_seqs * programs_per_seq * num_segments > max_programs
@@ -1450,7 +1451,7 @@ def int8_split_kv_attention(
     num_partials = num_segments
     if geometry.wgmma:
         tile_split = _wgmma_tile_split(geometry, rows, num_tokens, segm_output.shape[0])
-        row_splits = triton.cdiv(rows, _wgmma_program_rows(geometry, tile_split))
+        row_splits = cdiv(rows, _wgmma_program_rows(geometry, tile_split))
         if tile_split:
             num_partials = 2 * num_segments
         kernel_int8_split_kv_verify_wgmma[
@@ -1469,8 +1470,8 @@ def int8_split_kv_attention(
         # Whole query tokens per program, at most block_m rows (one token's
         # heads at least), spread evenly over the programs of a KV head.
         max_tokens = max(1, geometry.block_m // num_queries_per_kv)
-        row_splits = triton.cdiv(max_query_len, max_tokens)
-        tokens = triton.cdiv(max_query_len, row_splits)
+        row_splits = cdiv(max_query_len, max_tokens)
+        tokens = cdiv(max_query_len, row_splits)
         kernel_int8_split_kv_verify[
             (num_kv_heads * row_splits, num_seqs, num_segments)
         ](
@@ -1478,14 +1479,14 @@ def int8_split_kv_attention(
             ROW_SPLITS=row_splits,
             TOKENS_PER_PROGRAM=tokens,
             # tl.dot needs at least 16 columns.
-            BLOCK_R=max(16, triton.next_power_of_2(tokens * num_queries_per_kv)),
+            BLOCK_R=max(16, next_power_of_2(tokens * num_queries_per_kv)),
             **common,
             **triton_only,
         )
     else:
         # tl.dot needs at least 16 rows.
-        block_m = max(16, min(geometry.block_m, triton.next_power_of_2(rows)))
-        row_splits = triton.cdiv(rows, block_m)
+        block_m = max(16, min(geometry.block_m, next_power_of_2(rows)))
+        row_splits = cdiv(rows, block_m)
         kernel_int8_split_kv_attention[
             (num_kv_heads * row_splits, num_seqs, num_segments)
         ](
