@@ -437,6 +437,70 @@ def test_decode_geometry_planned_once_per_step(
     assert torch.isfinite(output).all()
 
 
+def test_layers_use_the_builders_prefill_scratch(workspace_manager, monkeypatch):
+    """The builder keeps the prefill scratch it reserves and hands it to every
+    layer of a step with a prefill, so no layer fetches it from the workspace
+    again (11 us of host time a layer); a layer whose scratch shapes differ
+    from the builder's fetches its own, and both give the same output."""
+    torch.manual_seed(0)
+    reqs = STEPS["mixed"]
+    builder, _, _ = make_builder(KVQuantMode.INT8_PER_TOKEN_HEAD)
+    workspace_manager.lock()
+    impl = make_int8_impl()
+    kv_cache, _, _, _, query, key, value, cam = make_step(impl, reqs)
+    meta = builder.build(0, cam)
+    scratch = meta.int8_prefill_scratch
+    assert scratch is builder.int8_prefill_scratch
+    shapes = sectioned_prefill_workspace_shapes(
+        NUM_HEADS,
+        NUM_KV_HEADS,
+        HEAD_SIZE,
+        torch.bfloat16,
+        builder.int8_prefill_section_tokens,
+        builder.int8_prefill_query_tile_tokens,
+    )
+    assert [(x.shape, x.dtype) for x in scratch] == [
+        (torch.Size(shape), dtype) for shape, dtype in shapes
+    ]
+
+    used = []
+    real = triton_int8_per_token_head.sectioned_prefill_attention
+
+    def recording(*args):
+        used.append(args[8:11])
+        return real(*args)
+
+    monkeypatch.setattr(
+        triton_int8_per_token_head, "sectioned_prefill_attention", recording
+    )
+
+    def fetch(*args):
+        raise AssertionError("a layer fetched the prefill scratch again")
+
+    with monkeypatch.context() as m:
+        m.setattr(workspace_manager, "get_simultaneous", fetch)
+        outputs = []
+        for _ in range(3):
+            output = torch.full_like(query, float("nan"))
+            impl.forward(None, query, key, value, kv_cache, meta, output)
+            outputs.append(output)
+    assert len(used) == 3
+    assert all(all(a is b for a, b in zip(u, scratch)) for u in used)
+    assert torch.isfinite(outputs[0]).all()
+    assert all(torch.equal(outputs[0], o) for o in outputs[1:])
+
+    # Steps planned with smaller sections than the builder reserved for:
+    # the layer fetches scratch of its own shapes (from the locked
+    # workspace) instead.
+    builder.int8_prefill_section_tokens = 32
+    builder.int8_prefill_query_tile_tokens = 16
+    meta = builder.build(0, cam)
+    output = torch.full_like(query, float("nan"))
+    impl.forward(None, query, key, value, kv_cache, meta, output)
+    assert used[-1][0].shape[0] == 32
+    torch.testing.assert_close(output, outputs[0], atol=2e-2, rtol=2e-2)
+
+
 def test_layer_checks_split_kv_arguments_on_its_first_call_only(
     workspace_manager, kernel_calls, monkeypatch
 ):
