@@ -31,12 +31,18 @@ import ts_verify  # noqa: E402
 split_kv = bench.split_kv
 
 
-def settings(var="TS_SETTINGS"):
+def parse_settings(text: str) -> dict[str, int]:
+    """"STAGES=2,QPAIR=0" -> {"STAGES": 2, "QPAIR": 0}."""
     out = {}
-    for kv in filter(None, os.environ.get(var, "").split(",")):
+    for kv in filter(None, text.split(",")):
         k, v = kv.split("=")
         out[k] = int(v)
     return out
+
+
+def settings() -> dict[str, int]:
+    """The kernel settings TS_SETTINGS names."""
+    return parse_settings(os.environ.get("TS_SETTINGS", ""))
 
 
 def ragged(case, q_lens, seq_lens):
@@ -64,9 +70,9 @@ CHECK_CASES = [
 ]
 
 
-def check(args, extra) -> list[dict]:
+def check(args, extra, cases=CHECK_CASES) -> list[dict]:
     rows = []
-    for b, ctx, q, bs, q_lens, seq_lens in CHECK_CASES:
+    for b, ctx, q, bs, q_lens, seq_lens in cases:
         case = bench.Case(args, b, ctx, q, bs)
         n = b * q
         if q_lens:
@@ -107,9 +113,7 @@ def main():
     if os.environ.get("TS_SMOKE"):
         # A first, short run in its own process (the call script gives it a
         # time limit): a kernel that hangs costs a minute, not the call.
-        global CHECK_CASES
-        CHECK_CASES = [CHECK_CASES[i] for i in (0, 3)]
-        rows = check(args, {})
+        rows = check(args, {}, [CHECK_CASES[i] for i in (0, 3)])
         sys.exit(0 if all(r["finite"] for r in rows) else 1)
     results = {"settings": {**ts_verify.SETTINGS, **settings()}}
     extra = {}
@@ -124,20 +128,14 @@ def main():
         results["check_sigma0"] = checks
         ok = all(r["finite"] and r["rel_max_diff"] < 0.02 for r in checks)
     results["timed_settings"] = {**ts_verify.SETTINGS, **settings(), **extra}
-    # A second form to time beside it (TS_ALT, e.g. "INFLIGHT=1"), checked on
-    # three of the cases first.
     # Further forms to time beside it (TS_ALT, ";"-separated, e.g.
     # "QPAIR=0;SIGMA=0"), each checked on three of the cases first.
     alts = []
     for spec in filter(None, os.environ.get("TS_ALT", "").split(";")):
         if not ok:
             break
-        os.environ["TS_ONE_ALT"] = spec
-        alt = {**settings(), **extra, **settings("TS_ONE_ALT")}
-        global CHECK_CASES
-        full, CHECK_CASES = CHECK_CASES, [CHECK_CASES[i] for i in (3, 4, 6)]
-        alt_checks = check(args, alt)
-        CHECK_CASES = full
+        alt = {**settings(), **extra, **parse_settings(spec)}
+        alt_checks = check(args, alt, [CHECK_CASES[i] for i in (3, 4, 6)])
         results.setdefault("check_alt", []).append({"settings": alt, "rows": alt_checks})
         if all(r["finite"] and r["rel_max_diff"] < 0.02 for r in alt_checks):
             alts.append(alt)

@@ -28,7 +28,6 @@ merges them.  `TokenSplitVerify` stands in for the series' verify kernel in
 its launcher (grid and arguments unchanged) for 65-96 rows.
 """
 
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
@@ -221,27 +220,25 @@ def _tile_step(
     q_hi0, q_lo0, q_hi1, q_lo1, qsc0_smem, qsc1_smem,
     k_smem, v_smem, ks_smem, vs_smem, p0_smem, p1_smem,
     sums0, sums1, ref0, ref1, cm0_smem, cm1_smem, flag_smem,
-    ready, kfree, xbar, G: gl.constexpr, STAGES: gl.constexpr, N1: gl.constexpr,
-    P_LOG2_SCALE: gl.constexpr, RESCALE_THRESHOLD: gl.constexpr,
-    INFLIGHT: gl.constexpr, C: gl.constexpr, MASKED: gl.constexpr,
-    SIGMA: gl.constexpr, QPAIR: gl.constexpr,
+    ready, kfree, xbar, G: gl.constexpr, STAGES: gl.constexpr,
+    s0_l: gl.constexpr, s1_l: gl.constexpr, fold0_l: gl.constexpr,
+    fold1_l: gl.constexpr, P_LOG2_SCALE: gl.constexpr,
+    RESCALE_THRESHOLD: gl.constexpr, INFLIGHT: gl.constexpr, C: gl.constexpr,
+    MASKED: gl.constexpr, SIGMA: gl.constexpr, QPAIR: gl.constexpr,
 ):
     # One 128-token tile (see the module docstring); MASKED: the tile holds
     # keys some query row must not see (the context's end, causality).
     NW: gl.constexpr = gl.num_warps()
-    N0: gl.constexpr = 64
+    N0: gl.constexpr = acc0.shape[1]
+    N1: gl.constexpr = acc1.shape[1]
     CH: gl.constexpr = acc0.shape[0]
     KSTEP: gl.constexpr = 16
-    s0_l: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, N0, 32]
-    )
-    s1_l: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, N1, 32]
-    )
     o0_l: gl.constexpr = acc0.type.layout
     o1_l: gl.constexpr = acc1.type.layout
     a0_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o0_l, k_width=2)
     a1_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o1_l, k_width=2)
+    # a0_l composed with the token relabelling, a thread's 4 contiguous
+    # tokens first among its registers ([128 channels, 16 tokens], 4 warps).
     v_l: gl.constexpr = gl.DistributedLinearLayout(
         reg_bases=[[0, 1], [0, 2], [8, 0], [64, 0]],
         lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]],
@@ -252,10 +249,6 @@ def _tile_step(
     FLAT: gl.constexpr = gl.BlockedLayout([1], [32], [NW], [0])
     tok0: gl.constexpr = gl.SliceLayout(1, s0_l)
     tok1: gl.constexpr = gl.SliceLayout(1, s1_l)
-    zf0 = _fold(gl.zeros([64, N0], gl.float32, s0_l))
-    zf1 = _fold(gl.zeros([64, N1], gl.float32, s1_l))
-    fold0_l: gl.constexpr = zf0.type.layout
-    fold1_l: gl.constexpr = zf1.type.layout
     T_FLAG: gl.constexpr = 2.0 ** (P_LOG2_SCALE + RESCALE_THRESHOLD)
     t_all = gl.arange(0, TILE, layout=FLAT)
     t_own = 64 * C + gl.arange(0, 64, layout=tok0)
@@ -349,7 +342,7 @@ def _consumer(
     ready, kfree, xbar,
     out_ptr, segm_out_ptr, segm_max_ptr, segm_expsum_ptr, q_ptr, qk_scale,
     q_start, q_len, seq_len, kv_head_idx, segm_idx, num_segments,
-    tile_lo, n_tiles, full_lo, full_hi, causal,
+    tile_lo, n_tiles, full_hi, causal,
     num_query_heads: gl.constexpr, q_stride_0, q_stride_1, out_stride_0, out_stride_1,
     G: gl.constexpr, HEAD_SIZE: gl.constexpr, STAGES: gl.constexpr,
     N1: gl.constexpr, P_LOG2_SCALE: gl.constexpr, RESCALE_THRESHOLD: gl.constexpr,
@@ -359,7 +352,6 @@ def _consumer(
     NW: gl.constexpr = gl.num_warps()
     N0: gl.constexpr = 64
     CH: gl.constexpr = HEAD_SIZE // 2
-    KSTEP: gl.constexpr = 16
     gl.static_assert(NW == 4)
     gl.static_assert(CH == 128)
     s0_l: gl.constexpr = gl.NVMMADistributedLayout(
@@ -374,21 +366,7 @@ def _consumer(
     o1_l: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, N1, 16]
     )
-    a0_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o0_l, k_width=2)
-    a1_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o1_l, k_width=2)
-    # a0_l composed with the token relabelling, a thread's 4 contiguous
-    # tokens first among its registers ([128 channels, 16 tokens], 4 warps).
-    v_l: gl.constexpr = gl.DistributedLinearLayout(
-        reg_bases=[[0, 1], [0, 2], [8, 0], [64, 0]],
-        lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]],
-        warp_bases=[[16, 0], [32, 0]],
-        block_bases=[],
-        shape=[CH, KSTEP],
-    )
     ROW_LOAD: gl.constexpr = gl.BlockedLayout([1, 16], [2, 16], [NW, 1], [1, 0])
-    FLAT: gl.constexpr = gl.BlockedLayout([1], [32], [NW], [0])
-    tok0: gl.constexpr = gl.SliceLayout(1, s0_l)
-    tok1: gl.constexpr = gl.SliceLayout(1, s1_l)
 
     # Initial state: this consumer's sums and references; its part of Q.
     zf0 = _fold(gl.zeros([64, N0], gl.float32, s0_l))
@@ -449,8 +427,8 @@ def _consumer(
             q_hi0, q_lo0, q_hi1, q_lo1, qsc0_smem, qsc1_smem,
             k_smem, v_smem, ks_smem, vs_smem, p0_smem, p1_smem,
             sums0, sums1, ref0, ref1, cm0_smem, cm1_smem, flag_smem,
-            ready, kfree, xbar, G, STAGES, N1, P_LOG2_SCALE, RESCALE_THRESHOLD,
-            INFLIGHT, C, False, SIGMA, QPAIR,
+            ready, kfree, xbar, G, STAGES, s0_l, s1_l, fold0_l, fold1_l,
+            P_LOG2_SCALE, RESCALE_THRESHOLD, INFLIGHT, C, False, SIGMA, QPAIR,
         )
     for i in range(n_full, n_tiles):
         acc0, acc1, v_ref, xphase = _tile_step(
@@ -458,8 +436,8 @@ def _consumer(
             q_hi0, q_lo0, q_hi1, q_lo1, qsc0_smem, qsc1_smem,
             k_smem, v_smem, ks_smem, vs_smem, p0_smem, p1_smem,
             sums0, sums1, ref0, ref1, cm0_smem, cm1_smem, flag_smem,
-            ready, kfree, xbar, G, STAGES, N1, P_LOG2_SCALE, RESCALE_THRESHOLD,
-            INFLIGHT, C, True, SIGMA, QPAIR,
+            ready, kfree, xbar, G, STAGES, s0_l, s1_l, fold0_l, fold1_l,
+            P_LOG2_SCALE, RESCALE_THRESHOLD, INFLIGHT, C, True, SIGMA, QPAIR,
         )
 
     # Row sums of both consumers, then this consumer's channels of every row.
@@ -549,7 +527,6 @@ def kernel_int8_verify_token_split(
     tiles_per_segment = gl.cdiv(num_tiles, num_segments)
     tile_lo = segm_idx * tiles_per_segment
     tile_hi = gl.minimum(tile_lo + tiles_per_segment, num_tiles)
-    full_lo = tile_lo
     seen = gl.where(causal != 0, seq_len - q_len + 1, seq_len)
     full_hi = gl.minimum(tile_hi, seen // TILE)
     n_tiles = gl.maximum(tile_hi - tile_lo, 0)
@@ -615,7 +592,7 @@ def kernel_int8_verify_token_split(
                     ready, kfree, xbar.index(0),
                     out_ptr, segm_out_ptr, segm_max_ptr, segm_expsum_ptr, q_ptr, qk_scale,
                     q_start, q_len, seq_len, kv_head_idx, segm_idx, num_segments,
-                    tile_lo, n_tiles, full_lo, full_hi, causal,
+                    tile_lo, n_tiles, full_hi, causal,
                     num_query_heads, q_stride_0, q_stride_1, out_stride_0, out_stride_1,
                     NUM_QUERIES_PER_KV, HEAD_SIZE, STAGES, N1, P_LOG2_SCALE,
                     RESCALE_THRESHOLD, INFLIGHT, 0, SIGMA, QPAIR,
@@ -630,7 +607,7 @@ def kernel_int8_verify_token_split(
                     ready, kfree, xbar.index(0),
                     out_ptr, segm_out_ptr, segm_max_ptr, segm_expsum_ptr, q_ptr, qk_scale,
                     q_start, q_len, seq_len, kv_head_idx, segm_idx, num_segments,
-                    tile_lo, n_tiles, full_lo, full_hi, causal,
+                    tile_lo, n_tiles, full_hi, causal,
                     num_query_heads, q_stride_0, q_stride_1, out_stride_0, out_stride_1,
                     NUM_QUERIES_PER_KV, HEAD_SIZE, STAGES, N1, P_LOG2_SCALE,
                     RESCALE_THRESHOLD, INFLIGHT, 1, SIGMA, QPAIR,
