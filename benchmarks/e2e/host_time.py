@@ -28,6 +28,7 @@ graphs decode steps replay without any of this Python.
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -123,10 +124,11 @@ def _stub_kernels(calls: dict[str, int]) -> None:
 
 
 def measure(kv: str, args: argparse.Namespace) -> dict:
-    from vllm.model_executor.warmup.triton_attn_warmup import _warmup_batch
-    from vllm.v1.attention.backends import triton_attn
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVQuantMode
     from vllm.v1.worker import workspace
+
+    from vllm.model_executor.warmup.triton_attn_warmup import _warmup_batch
+    from vllm.v1.attention.backends import triton_attn
 
     device = torch.device("cuda" if args.launch else "cpu")
     calls: dict[str, int] = {}
@@ -246,6 +248,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.launch and not torch.cuda.is_available():
         p.error("--launch needs a CUDA device")
+    if not args.launch and not torch.cuda.is_available():
+        # The launchers' Python imports Triton's language; without a GPU,
+        # Triton has a driver only in its interpreter, and vLLM replaces
+        # Triton by a placeholder unless exactly one driver is active.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+        os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
     results = {kv: measure(kv, args) for kv in args.kv}
     report = {"args": vars(args), "results": results}
     if args.output:
