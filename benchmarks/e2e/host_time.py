@@ -124,11 +124,10 @@ def _stub_kernels(calls: dict[str, int]) -> None:
 
 
 def measure(kv: str, args: argparse.Namespace) -> dict:
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVQuantMode
-    from vllm.v1.worker import workspace
-
     from vllm.model_executor.warmup.triton_attn_warmup import _warmup_batch
     from vllm.v1.attention.backends import triton_attn
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVQuantMode
+    from vllm.v1.worker import workspace
 
     device = torch.device("cuda" if args.launch else "cpu")
     calls: dict[str, int] = {}

@@ -10,6 +10,7 @@ test also runs where FlashAttention does not.
 """
 
 import math
+import random
 from collections import Counter
 from dataclasses import replace
 from types import SimpleNamespace
@@ -466,9 +467,9 @@ def test_layers_use_the_builders_prefill_scratch(workspace_manager, monkeypatch)
     used = []
     real = triton_int8_per_token_head.sectioned_prefill_attention
 
-    def recording(*args):
+    def recording(*args, **kwargs):
         used.append(args[8:11])
-        return real(*args)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(
         triton_int8_per_token_head, "sectioned_prefill_attention", recording
@@ -490,13 +491,14 @@ def test_layers_use_the_builders_prefill_scratch(workspace_manager, monkeypatch)
     assert all(torch.equal(outputs[0], o) for o in outputs[1:])
 
     # Steps planned with smaller sections than the builder reserved for:
-    # the layer fetches scratch of its own shapes (from the locked
-    # workspace) instead.
+    # a layer (one that has not run with the builder's scratch: a layer's
+    # shapes do not change between steps) fetches scratch of its own shapes
+    # (from the locked workspace) instead.
     builder.int8_prefill_section_tokens = 32
     builder.int8_prefill_query_tile_tokens = 16
     meta = builder.build(0, cam)
     output = torch.full_like(query, float("nan"))
-    impl.forward(None, query, key, value, kv_cache, meta, output)
+    make_int8_impl().forward(None, query, key, value, kv_cache, meta, output)
     assert used[-1][0].shape[0] == 32
     torch.testing.assert_close(output, outputs[0], atol=2e-2, rtol=2e-2)
 
@@ -537,6 +539,106 @@ def test_layer_checks_split_kv_arguments_on_its_first_call_only(
     other = make_int8_impl()
     other.forward(None, query, key, value, kv_cache, meta, outputs[0])
     assert checks == {"_validate_inputs": 2, "_validate_geometry": 2}
+
+
+def test_layer_checks_prefill_arguments_on_its_first_call_only(
+    workspace_manager, monkeypatch
+):
+    """A layer's first sectioned prefill checks the builder's scratch shapes
+    and the dequantiser's arguments; later steps run without the checks
+    (the layer's caches, scratch and token arrays keep their layouts), with
+    the same output."""
+    from vllm.v1.attention.ops import triton_int8_sectioned_prefill as prefill_op
+
+    validated = []
+    real = prefill_op.dequant_int8_pth_section
+
+    def recording(*args, **kwargs):
+        validated.append(kwargs.get("validate", True))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(prefill_op, "dequant_int8_pth_section", recording)
+    shape_checks = Counter()
+    real_shapes = triton_int8_per_token_head.sectioned_prefill_workspace_shapes
+
+    def counted_shapes(*args, **kwargs):
+        shape_checks["shapes"] += 1
+        return real_shapes(*args, **kwargs)
+
+    monkeypatch.setattr(
+        triton_int8_per_token_head,
+        "sectioned_prefill_workspace_shapes",
+        counted_shapes,
+    )
+    torch.manual_seed(0)
+    # Two requests with cached context: one dequantiser call each a step.
+    reqs = [(40, 1), (70, 40), (31, 33)]
+    builder, _, _ = make_builder(KVQuantMode.INT8_PER_TOKEN_HEAD)
+    shape_checks.clear()  # the builder's reservation
+    impl = make_int8_impl()
+    kv_cache, _, _, _, query, key, value, cam = make_step(impl, reqs)
+    outputs = []
+    for _ in range(3):
+        meta = builder.build(0, cam)
+        outputs.append(torch.full_like(query, float("nan")))
+        impl.forward(None, query, key, value, kv_cache, meta, outputs[-1])
+    assert validated == [True, True] + [False, False] * 2
+    assert shape_checks == {"shapes": 1}
+    assert torch.isfinite(outputs[0]).all()
+    torch.testing.assert_close(outputs[1], outputs[0], atol=0, rtol=0)
+    torch.testing.assert_close(outputs[2], outputs[0], atol=0, rtol=0)
+    # Another layer checks its own arguments on its first call.
+    make_int8_impl().forward(None, query, key, value, kv_cache, meta, outputs[0])
+    assert validated[-2:] == [True, True]
+    assert shape_checks == {"shapes": 2}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_step_split_matches_split_decodes_and_prefills(seed):
+    """The step split's boundary between decode and prefill rows (found with
+    NumPy) is upstream's split_decodes_and_prefills' on reordered batches:
+    decode rows (1..threshold query tokens), then prefill rows."""
+    from vllm.v1.attention.backends.utils import split_decodes_and_prefills
+
+    gen = random.Random(seed)
+    builder, _, _ = make_builder(KVQuantMode.INT8_PER_TOKEN_HEAD)
+    threshold = builder.reorder_batch_threshold
+    num_decodes = gen.randint(0, 6)
+    decode_lens = [gen.randint(1, threshold) for _ in range(num_decodes)]
+    prefill_lens = [gen.randint(threshold + 1, 80)]
+    prefill_lens += [gen.randint(1, 80) for _ in range(gen.randint(0, 3))]
+    query_lens = decode_lens + prefill_lens
+    reqs = [(gen.randint(0, 60), q) for q in query_lens]
+    seq_lens = [c + q for c, q in reqs]
+    qsl = torch.tensor([0, *query_lens]).cumsum(0).to(torch.int32)
+    # The step's query offsets as the runner pads them (one slot beyond).
+    qsl_padded = torch.cat([qsl, qsl[-1:]])
+    num_tokens = int(qsl[-1])
+    cam = CommonAttentionMetadata(
+        query_start_loc=qsl.to(DEVICE),
+        query_start_loc_cpu=qsl_padded,
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE),
+        seq_lens_cpu_upper_bound=torch.tensor(seq_lens, dtype=torch.int32),
+        num_reqs=len(reqs),
+        num_actual_tokens=num_tokens,
+        max_query_len=max(query_lens),
+        max_seq_len=max(seq_lens),
+        block_table_tensor=torch.zeros(len(reqs), 16, dtype=torch.int32, device=DEVICE),
+        slot_mapping=torch.zeros(num_tokens, dtype=torch.int64, device=DEVICE),
+        causal=True,
+    )
+    want_decodes, _, want_tokens, _ = split_decodes_and_prefills(
+        cam, decode_threshold=threshold
+    )
+    meta = builder.build(0, cam)
+    assert meta.prefill is not None
+    assert meta.prefill.requests[0].block_table_row == want_decodes
+    if want_decodes == 0:
+        assert meta.decode is None
+    else:
+        assert meta.decode.num_actual_tokens == want_tokens
+        assert meta.decode.seq_lens.shape[0] == want_decodes
+        assert meta.decode.max_query_len == max(decode_lens)
 
 
 def test_sliding_window_group_plans_for_its_window():

@@ -23,12 +23,12 @@ import copy
 from enum import Enum
 from typing import TYPE_CHECKING, NamedTuple
 
+import numpy as np
 import torch
 
 from vllm.config import VllmConfig
 from vllm.logger import init_logger
 from vllm.v1.attention.backend import AttentionType, CommonAttentionMetadata
-from vllm.v1.attention.backends.utils import split_decodes_and_prefills
 from vllm.v1.attention.ops.triton_int8_sectioned_prefill import (
     SectionAttnFn,
     build_sectioned_prefill_metadata,
@@ -250,17 +250,23 @@ def split_int8_step(
     if not attn_metadata.causal:
         # The sectioned prefill is causal.
         return
-    num_decodes, _, num_decode_tokens, _ = split_decodes_and_prefills(
-        common_attn_metadata, decode_threshold=builder.reorder_batch_threshold
-    )
+    # The reordered batch's decode rows come first (as for
+    # split_decodes_and_prefills, whose tensor ops cost this step's host
+    # several times more than NumPy's): the first row with more query
+    # tokens than the threshold starts the prefill part, and there is one.
+    num_reqs = common_attn_metadata.num_reqs
+    query_start_loc_cpu = common_attn_metadata.query_start_loc_cpu
+    query_start = query_start_loc_cpu[: num_reqs + 1].numpy()
+    query_lens = np.diff(query_start)
+    num_decodes = int((query_lens > builder.reorder_batch_threshold).argmax())
+    num_decode_tokens = int(query_start[num_decodes])
     # Exact for prefill rows (the only ones planned from it); avoids a sync.
     seq_lens_cpu = common_attn_metadata.seq_lens_cpu_upper_bound
     if seq_lens_cpu is None:
         seq_lens_cpu = common_attn_metadata.seq_lens.cpu()
-    query_start_loc_cpu = common_attn_metadata.query_start_loc_cpu
     attn_metadata.prefill = build_sectioned_prefill_metadata(
         query_start_loc_cpu,
-        seq_lens_cpu[: common_attn_metadata.num_reqs],
+        seq_lens_cpu[:num_reqs],
         first_request=num_decodes,
         device=builder.device,
         section_tokens=builder.int8_prefill_section_tokens,
@@ -272,9 +278,8 @@ def split_int8_step(
         # backend derives its metadata): half the host time of
         # dataclasses.replace, which runs the constructor.
         decode = copy.copy(attn_metadata)
-        starts = query_start_loc_cpu[: num_decodes + 1].tolist()
         decode.num_actual_tokens = num_decode_tokens
-        decode.max_query_len = max(b - a for a, b in zip(starts, starts[1:]))
+        decode.max_query_len = int(query_lens[:num_decodes].max())
         decode.query_start_loc = attn_metadata.query_start_loc[: num_decodes + 1]
         decode.seq_lens = attn_metadata.seq_lens[:num_decodes]
         decode.block_table = attn_metadata.block_table[:num_decodes]
@@ -344,20 +349,23 @@ def forward_int8_per_token_head(
         # Shared by all layers (they run one after another) and reserved
         # by the metadata builder, so its size is independent of the
         # context; fetched here only where the builder could not keep it.
-        shapes = sectioned_prefill_workspace_shapes(
-            impl.num_heads,
-            impl.num_kv_heads,
-            impl.head_size,
-            query.dtype,
-            prefill.section_tokens,
-            prefill.query_tile_tokens,
-        )
+        # The builder keeps one scratch: checked on the layer's first call.
         scratch = attn_metadata.int8_prefill_scratch
-        if scratch is None or any(
-            x.shape != shape or x.dtype != dtype
-            for x, (shape, dtype) in zip(scratch, shapes)
-        ):
-            scratch = current_workspace_manager().get_simultaneous(*shapes)
+        checked = scratch is not None and scratch is impl._int8_prefill_checked
+        if not checked:
+            shapes = sectioned_prefill_workspace_shapes(
+                impl.num_heads,
+                impl.num_kv_heads,
+                impl.head_size,
+                query.dtype,
+                prefill.section_tokens,
+                prefill.query_tile_tokens,
+            )
+            if scratch is None or any(
+                x.shape != shape or x.dtype != dtype
+                for x, (shape, dtype) in zip(scratch, shapes)
+            ):
+                scratch = current_workspace_manager().get_simultaneous(*shapes)
         key_scratch, value_scratch, out_scratch = scratch
         sectioned_prefill_attention(
             query,
@@ -372,7 +380,10 @@ def forward_int8_per_token_head(
             value_scratch,
             out_scratch,
             kernels.section_attn_fn,
+            validate=not checked,
         )
+        if not checked and scratch is attn_metadata.int8_prefill_scratch:
+            impl._int8_prefill_checked = scratch
     if decode is None:
         return output
     if (

@@ -102,6 +102,9 @@ class SectionedPrefillMetadata:
     cu_seqlens: torch.Tensor
     section_tokens: int
     query_tile_tokens: int
+    # (cu_seqlens_q, cu_seqlens_k) views of each row of ``cu_seqlens``, made
+    # once per step for all layers (indexing a tensor costs the host ~1 us).
+    cu_views: list[tuple[torch.Tensor, torch.Tensor]]
 
 
 def _tiles(length: int, tile: int) -> list[tuple[int, int]]:
@@ -181,11 +184,13 @@ def build_sectioned_prefill_metadata(
         dtype=torch.int32,
         pin_memory=device.type != "cpu" and is_pin_memory_available(),
     ).view(-1, 2, 2)
+    cu_seqlens = cu_seqlens.to(device, non_blocking=True)
     return SectionedPrefillMetadata(
         requests=requests,
-        cu_seqlens=cu_seqlens.to(device, non_blocking=True),
+        cu_seqlens=cu_seqlens,
         section_tokens=section_tokens,
         query_tile_tokens=query_tile_tokens,
+        cu_views=[(row[0], row[1]) for row in cu_seqlens.unbind(0)],
     )
 
 
@@ -350,6 +355,7 @@ def dequant_int8_pth_section(
     value_out: torch.Tensor,
     new_key: torch.Tensor | None = None,
     new_value: torch.Tensor | None = None,
+    validate: bool = True,
 ) -> None:
     """Dequantise cached tokens of one request into contiguous K/V buffers.
 
@@ -373,15 +379,13 @@ def dequant_int8_pth_section(
         new_value: the values for ``new_key``, copied to ``value_out``; its
             strides may differ from ``new_key``'s (a model with a key norm
             hands the layer a fresh key next to a view of the fused QKV).
+        validate: Check the arguments' shapes, dtypes and strides.  A caller
+            that checked them for a layer's caches, scratch and token arrays
+            (which keep their layouts from step to step) may pass False.
 
     """
     key_cache, value_cache, k_scale, v_scale = kv_views
     _, block_size, num_kv_heads, head_size = key_cache.shape
-    assert key_cache.dtype == value_cache.dtype == torch.int8
-    assert value_cache.shape == key_cache.shape
-    assert k_scale.stride() == v_scale.stride()
-    assert key_out.shape[-1] == head_size and head_size == next_power_of_2(head_size)
-    assert key_out.stride() == value_out.stride() and key_out.stride(-1) == 1
     if new_key is None:
         assert new_value is None
         new_key = new_value = key_out
@@ -389,6 +393,13 @@ def dequant_int8_pth_section(
     else:
         assert new_value is not None
         new_len = new_key.shape[0]
+    if validate:
+        assert key_cache.dtype == value_cache.dtype == torch.int8
+        assert value_cache.shape == key_cache.shape
+        assert k_scale.stride() == v_scale.stride()
+        assert key_out.shape[-1] == head_size
+        assert head_size == next_power_of_2(head_size)
+        assert key_out.stride() == value_out.stride() and key_out.stride(-1) == 1
         assert new_key.shape == new_value.shape
         assert new_key.shape[1:] == key_out.shape[1:]
         assert new_key.dtype == new_value.dtype == key_out.dtype
@@ -442,6 +453,7 @@ def sectioned_prefill_attention(
     value_scratch: torch.Tensor,
     out_scratch: torch.Tensor,
     attn_fn: SectionAttnFn,
+    validate: bool = True,
 ) -> None:
     """Causal prefill attention for the planned requests of one step.
 
@@ -464,11 +476,14 @@ def sectioned_prefill_attention(
         value_scratch: same as ``key_scratch``.
         out_scratch: [query_tile_tokens, num_heads, head_size], query dtype.
         attn_fn: attention for one sequence, see :data:`SectionAttnFn`.
+        validate: Check the dequantiser's arguments (see
+            :func:`dequant_int8_pth_section`); False where the caller checked
+            them on the layer's first call.
 
     """
     assert key_scratch.shape[0] >= metadata.section_tokens
     assert out_scratch.shape[0] >= metadata.query_tile_tokens
-    cu = metadata.cu_seqlens
+    cu = metadata.cu_views
     for req in metadata.requests:
         q0 = req.query_start
         if req.single_call_cu_row is not None:
@@ -488,6 +503,7 @@ def sectioned_prefill_attention(
                     value_scratch,
                     new_key=key[q0:q1],
                     new_value=value[q0:q1],
+                    validate=validate,
                 )
                 k, v = key_scratch[:num_keys], value_scratch[:num_keys]
             attn_fn(
@@ -495,8 +511,7 @@ def sectioned_prefill_attention(
                 k,
                 v,
                 output[q0:q1],
-                cu[req.single_call_cu_row, 0],
-                cu[req.single_call_cu_row, 1],
+                *cu[req.single_call_cu_row],
                 req.query_len,
                 num_keys,
                 True,
@@ -513,8 +528,7 @@ def sectioned_prefill_attention(
                     key[q0 : q0 + end],
                     value[q0 : q0 + end],
                     output[q0 + start : q0 + end],
-                    cu[cu_row, 0],
-                    cu[cu_row, 1],
+                    *cu[cu_row],
                     end - start,
                     end,
                     True,
@@ -532,6 +546,7 @@ def sectioned_prefill_attention(
                 sec_len,
                 key_scratch,
                 value_scratch,
+                validate=validate,
             )
             for (start, end), cu_row, lse in zip(tiles, cu_rows, lses):
                 part = out_scratch[: end - start]
@@ -540,8 +555,7 @@ def sectioned_prefill_attention(
                     key_scratch[:sec_len],
                     value_scratch[:sec_len],
                     part,
-                    cu[cu_row, 0],
-                    cu[cu_row, 1],
+                    *cu[cu_row],
                     end - start,
                     sec_len,
                     False,
