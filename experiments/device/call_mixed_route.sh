@@ -6,10 +6,15 @@
 # 1/8 decode rows + a 16-2,048-token chunk at 512-32K context, and checks
 # that the two INT8 routes agree.  Not run yet; about 2-3 minutes warm.
 # Carry [".carry/vllm026", "dist/patches"].  Results: $OUT/mixed_route_ab.{json,txt}.
+# First, in the same call (~1 minute): experiments/host_time/builder_profile.py,
+# where the INT8 builder's host time of a mixed step goes on a GPU host
+# ($OUT/builder_profile.txt).
 cd "$(dirname "$0")/../.."
 source .carry/vllm026/install.sh >/dev/null
 bash .carry/vllm026/overlay.sh dist/patches/v0.26.0 >/dev/null
 export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name --format=csv,noheader
+timeout 150 python3 experiments/host_time/builder_profile.py 2>&1 | grep -v -i "warn\|^INFO" | tail -45
 timeout ${LIMIT:-420} python3 experiments/host_time/mixed_route_ab.py > "$OUT/mixed_route_ab.txt" 2>&1
 echo "rc=$?"
 grep -v -i "warn" "$OUT/mixed_route_ab.txt" | tail -34
