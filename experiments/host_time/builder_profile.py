@@ -16,7 +16,9 @@ import timeit
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "e2e"))
+sys.path.insert(
+    0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "e2e")
+)
 import host_time as ht  # noqa: E402
 
 
@@ -27,6 +29,9 @@ def best(fn, n=300) -> float:
 
 
 def main() -> None:
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVQuantMode
+    from vllm.v1.worker import workspace
+
     from vllm.model_executor.warmup.triton_attn_warmup import _warmup_batch
     from vllm.v1.attention.backends import triton_attn
     from vllm.v1.attention.ops.triton_int8_sectioned_prefill import (
@@ -35,21 +40,32 @@ def main() -> None:
     from vllm.v1.attention.ops.triton_int8_split_kv_attention import (
         select_int8_split_kv_geometry,
     )
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVQuantMode
-    from vllm.v1.worker import workspace
 
     # DEV=cpu: a dry run of the script without a GPU (no pinned pieces).
     dev = torch.device(os.environ.get("DEV", "cuda"))
     workspace.init_workspace_manager(dev)
     lines = []
-    for kv, mode in (("bf16", KVQuantMode.NONE), ("int8", KVQuantMode.INT8_PER_TOKEN_HEAD)):
-        spec = FullAttentionSpec(block_size=16, num_kv_heads=4, head_size=256,
-                                 dtype=torch.bfloat16, kv_quant_mode=mode)
-        b = triton_attn.TritonAttentionMetadataBuilder(spec, [], ht._vllm_config(16), dev)
-        for name, (ql, cl) in {"decode": ([1] * 8, [4096] * 8),
-                               "mixed": ([1] * 8 + [512], [4096] * 9)}.items():
+    for kv, mode in (
+        ("bf16", KVQuantMode.NONE),
+        ("int8", KVQuantMode.INT8_PER_TOKEN_HEAD),
+    ):
+        spec = FullAttentionSpec(
+            block_size=16,
+            num_kv_heads=4,
+            head_size=256,
+            dtype=torch.bfloat16,
+            kv_quant_mode=mode,
+        )
+        b = triton_attn.TritonAttentionMetadataBuilder(
+            spec, [], ht._vllm_config(16), dev
+        )
+        for name, (ql, cl) in {
+            "decode": ([1] * 8, [4096] * 8),
+            "mixed": ([1] * 8 + [512], [4096] * 9),
+        }.items():
             cam = _warmup_batch(ql, cl, 16, dev)
-            lines.append(f"{kv} {name} build: {best(lambda: b.build(0, cam)):.1f} us")
+            us = best(lambda b=b, cam=cam: b.build(0, cam))
+            lines.append(f"{kv} {name} build: {us:.1f} us")
         if kv == "int8":
             pr = cProfile.Profile()
             pr.enable()
@@ -61,20 +77,27 @@ def main() -> None:
             lines.append(s.getvalue())
             qsl = cam.query_start_loc_cpu
             sl = cam.seq_lens_cpu_upper_bound
+            seq_lens = cam.seq_lens
             pieces = {
                 "build_sectioned_prefill_metadata": lambda: build_sectioned_prefill_metadata(
-                    qsl, sl[:9], first_request=8, device=dev),
+                    qsl, sl[:9], first_request=8, device=dev
+                ),
                 "torch.tensor(pin_memory=True)": lambda: torch.tensor(
-                    [[[0, 512], [0, 4608]]], dtype=torch.int32, pin_memory=True),
+                    [[[0, 512], [0, 4608]]], dtype=torch.int32, pin_memory=True
+                ),
                 "torch.tensor(pageable)": lambda: torch.tensor(
-                    [[[0, 512], [0, 4608]]], dtype=torch.int32),
+                    [[[0, 512], [0, 4608]]], dtype=torch.int32
+                ),
                 "pinned .to(cuda, non_blocking)": lambda: torch.tensor(
                     [[[0, 512], [0, 4608]]], dtype=torch.int32, pin_memory=True
                 ).to(dev, non_blocking=True),
-                "numpy split": lambda: int((__import__("numpy").diff(qsl[:10].numpy()) > 16).argmax()),
+                "numpy split": lambda: int(
+                    (__import__("numpy").diff(qsl[:10].numpy()) > 16).argmax()
+                ),
                 "select geometry": lambda: select_int8_split_kv_geometry(
-                    1, 4097, 8, 8, 1024, num_queries_per_kv=6, num_kv_heads=4),
-                "cuda slice": lambda: cam.seq_lens[:8],
+                    1, 4097, 8, 8, 1024, num_queries_per_kv=6, num_kv_heads=4
+                ),
+                "cuda slice": lambda: seq_lens[:8],
             }
             for k, fn in pieces.items():
                 if dev.type != "cuda" and ("pin" in k or "cuda" in k):
@@ -82,7 +105,9 @@ def main() -> None:
                 lines.append(f"  {k:40s} {best(fn):8.1f} us")
     text = "\n".join(lines)
     print(text)
-    with open(os.path.join(os.environ.get("OUT", "/tmp"), "builder_profile.txt"), "w") as f:
+    with open(
+        os.path.join(os.environ.get("OUT", "/tmp"), "builder_profile.txt"), "w"
+    ) as f:
         f.write(text)
 
 
