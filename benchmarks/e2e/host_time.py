@@ -245,9 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--output", help="write the results as JSON here")
     args = p.parse_args(argv)
-    if args.launch and not torch.cuda.is_available():
-        p.error("--launch needs a CUDA device")
-    if not args.launch and not torch.cuda.is_available():
+    if not torch.cuda.is_available():
+        if args.launch:
+            p.error("--launch needs a CUDA device")
         # The launchers' Python imports Triton's language; without a GPU,
         # Triton has a driver only in its interpreter, and vLLM replaces
         # Triton by a placeholder unless exactly one driver is active.

@@ -50,9 +50,9 @@ def main() -> None:
         ("int8", KVQuantMode.INT8_PER_TOKEN_HEAD),
     ):
         spec = FullAttentionSpec(
-            block_size=16,
-            num_kv_heads=4,
-            head_size=256,
+            block_size=ht.BLOCK_SIZE,
+            num_kv_heads=ht.NUM_KV_HEADS,
+            head_size=ht.HEAD_SIZE,
             dtype=torch.bfloat16,
             kv_quant_mode=mode,
         )
@@ -63,7 +63,7 @@ def main() -> None:
             "decode": ([1] * 8, [4096] * 8),
             "mixed": ([1] * 8 + [512], [4096] * 9),
         }.items():
-            cam = _warmup_batch(ql, cl, 16, dev)
+            cam = _warmup_batch(ql, cl, ht.BLOCK_SIZE, dev)
             us = best(lambda b=b, cam=cam: b.build(0, cam))
             lines.append(f"{kv} {name} build: {us:.1f} us")
         if kv == "int8":
@@ -95,7 +95,13 @@ def main() -> None:
                     (__import__("numpy").diff(qsl[:10].numpy()) > 16).argmax()
                 ),
                 "select geometry": lambda: select_int8_split_kv_geometry(
-                    1, 4097, 8, 8, 1024, num_queries_per_kv=6, num_kv_heads=4
+                    1,
+                    4097,
+                    8,
+                    8,
+                    1024,
+                    num_queries_per_kv=ht.NUM_HEADS // ht.NUM_KV_HEADS,
+                    num_kv_heads=ht.NUM_KV_HEADS,
                 ),
                 "cuda slice": lambda: seq_lens[:8],
             }

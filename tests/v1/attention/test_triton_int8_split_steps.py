@@ -265,6 +265,30 @@ def sdpa_reference(query, keys, values, causal):
     return ref
 
 
+def host_step_metadata(query_lens, seq_lens, max_blocks, query_start_pad=0):
+    """Common metadata of a step whose caches are never read (zero block
+    table and slots): enough for the builder.  ``query_start_pad`` repeats
+    the last query offset as the runner pads its CPU copy."""
+    qsl = torch.tensor([0, *query_lens]).cumsum(0).to(torch.int32)
+    seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int32)
+    num_tokens = int(qsl[-1])
+    return CommonAttentionMetadata(
+        query_start_loc=qsl.to(DEVICE),
+        query_start_loc_cpu=torch.cat([qsl, qsl[-1:].repeat(query_start_pad)]),
+        seq_lens=seq_lens_cpu.to(DEVICE),
+        seq_lens_cpu_upper_bound=seq_lens_cpu,
+        num_reqs=len(query_lens),
+        num_actual_tokens=num_tokens,
+        max_query_len=max(query_lens),
+        max_seq_len=max(seq_lens),
+        block_table_tensor=torch.zeros(
+            len(query_lens), max_blocks, dtype=torch.int32, device=DEVICE
+        ),
+        slot_mapping=torch.zeros(num_tokens, dtype=torch.int64, device=DEVICE),
+        causal=True,
+    )
+
+
 def make_step(impl, reqs, causal=True):
     """An INT8 cache holding each request's context (written by ``impl``),
     and the step's query, new K/V and common metadata.
@@ -503,6 +527,25 @@ def test_layers_use_the_builders_prefill_scratch(workspace_manager, monkeypatch)
     torch.testing.assert_close(output, outputs[0], atol=2e-2, rtol=2e-2)
 
 
+def repeat_step(reqs, num_steps=3):
+    """Build and run the same step ``num_steps`` times on one new layer (the
+    outputs must be identical) and return the step's
+    ``(query, key, value, kv_cache, metadata)`` and its first output."""
+    torch.manual_seed(0)
+    builder, _, _ = make_builder(KVQuantMode.INT8_PER_TOKEN_HEAD)
+    impl = make_int8_impl()
+    kv_cache, _, _, _, query, key, value, cam = make_step(impl, reqs)
+    outputs = []
+    for _ in range(num_steps):
+        meta = builder.build(0, cam)
+        outputs.append(torch.full_like(query, float("nan")))
+        impl.forward(None, query, key, value, kv_cache, meta, outputs[-1])
+    assert torch.isfinite(outputs[0]).all()
+    for output in outputs[1:]:
+        torch.testing.assert_close(output, outputs[0], atol=0, rtol=0)
+    return (query, key, value, kv_cache, meta), outputs[0]
+
+
 def test_layer_checks_split_kv_arguments_on_its_first_call_only(
     workspace_manager, kernel_calls, monkeypatch
 ):
@@ -521,23 +564,11 @@ def test_layer_checks_split_kv_arguments_on_its_first_call_only(
             return _fn(*args, **kwargs)
 
         monkeypatch.setattr(split_kv, name, counted)
-    torch.manual_seed(0)
-    reqs = STEPS["decode_only"]
-    builder, _, _ = make_builder(KVQuantMode.INT8_PER_TOKEN_HEAD)
-    impl = make_int8_impl()
-    kv_cache, _, _, _, query, key, value, cam = make_step(impl, reqs)
-    outputs = []
-    for _ in range(3):
-        meta = builder.build(0, cam)
-        outputs.append(torch.full_like(query, float("nan")))
-        impl.forward(None, query, key, value, kv_cache, meta, outputs[-1])
+    step, output = repeat_step(STEPS["decode_only"])
     assert kernel_calls == {"split_kv": 3}
     assert checks == {"_validate_inputs": 1, "_validate_geometry": 1}
-    torch.testing.assert_close(outputs[1], outputs[0], atol=0, rtol=0)
-    torch.testing.assert_close(outputs[2], outputs[0], atol=0, rtol=0)
     # Another layer checks its own arguments on its first call.
-    other = make_int8_impl()
-    other.forward(None, query, key, value, kv_cache, meta, outputs[0])
+    make_int8_impl().forward(None, *step, output)
     assert checks == {"_validate_inputs": 2, "_validate_geometry": 2}
 
 
@@ -570,27 +601,15 @@ def test_layer_checks_prefill_arguments_on_its_first_call_only(
         "sectioned_prefill_workspace_shapes",
         counted_shapes,
     )
-    torch.manual_seed(0)
     # Two requests with cached context: one dequantiser call each a step.
-    reqs = [(40, 1), (70, 40), (31, 33)]
-    builder, _, _ = make_builder(KVQuantMode.INT8_PER_TOKEN_HEAD)
-    shape_checks.clear()  # the builder's reservation
-    impl = make_int8_impl()
-    kv_cache, _, _, _, query, key, value, cam = make_step(impl, reqs)
-    outputs = []
-    for _ in range(3):
-        meta = builder.build(0, cam)
-        outputs.append(torch.full_like(query, float("nan")))
-        impl.forward(None, query, key, value, kv_cache, meta, outputs[-1])
+    step, output = repeat_step([(40, 1), (70, 40), (31, 33)])
     assert validated == [True, True] + [False, False] * 2
-    assert shape_checks == {"shapes": 1}
-    assert torch.isfinite(outputs[0]).all()
-    torch.testing.assert_close(outputs[1], outputs[0], atol=0, rtol=0)
-    torch.testing.assert_close(outputs[2], outputs[0], atol=0, rtol=0)
-    # Another layer checks its own arguments on its first call.
-    make_int8_impl().forward(None, query, key, value, kv_cache, meta, outputs[0])
-    assert validated[-2:] == [True, True]
+    # The builder's reservation and the layer's first call.
     assert shape_checks == {"shapes": 2}
+    # Another layer checks its own arguments on its first call.
+    make_int8_impl().forward(None, *step, output)
+    assert validated[-2:] == [True, True]
+    assert shape_checks == {"shapes": 3}
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -608,25 +627,9 @@ def test_step_split_matches_split_decodes_and_prefills(seed):
     prefill_lens = [gen.randint(threshold + 1, 80)]
     prefill_lens += [gen.randint(1, 80) for _ in range(gen.randint(0, 3))]
     query_lens = decode_lens + prefill_lens
-    reqs = [(gen.randint(0, 60), q) for q in query_lens]
-    seq_lens = [c + q for c, q in reqs]
-    qsl = torch.tensor([0, *query_lens]).cumsum(0).to(torch.int32)
-    # The step's query offsets as the runner pads them (one slot beyond).
-    qsl_padded = torch.cat([qsl, qsl[-1:]])
-    num_tokens = int(qsl[-1])
-    cam = CommonAttentionMetadata(
-        query_start_loc=qsl.to(DEVICE),
-        query_start_loc_cpu=qsl_padded,
-        seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE),
-        seq_lens_cpu_upper_bound=torch.tensor(seq_lens, dtype=torch.int32),
-        num_reqs=len(reqs),
-        num_actual_tokens=num_tokens,
-        max_query_len=max(query_lens),
-        max_seq_len=max(seq_lens),
-        block_table_tensor=torch.zeros(len(reqs), 16, dtype=torch.int32, device=DEVICE),
-        slot_mapping=torch.zeros(num_tokens, dtype=torch.int64, device=DEVICE),
-        causal=True,
-    )
+    seq_lens = [gen.randint(0, 60) + q for q in query_lens]
+    # The CPU query offsets padded beyond the batch, as the runner's are.
+    cam = host_step_metadata(query_lens, seq_lens, 16, query_start_pad=1)
     want_decodes, _, want_tokens, _ = split_decodes_and_prefills(
         cam, decode_threshold=threshold
     )
@@ -648,22 +651,7 @@ def test_sliding_window_group_plans_for_its_window():
     from vllm.v1.attention.ops import triton_int8_split_kv_attention as split_kv
 
     _, _, cfg = make_builder(KVQuantMode.INT8_PER_TOKEN_HEAD)
-    query_lens, seq_lens = [6, 6], [131072, 100000]
-    qsl = torch.tensor([0, *query_lens]).cumsum(0).to(torch.int32)
-    seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int32)
-    cam = CommonAttentionMetadata(
-        query_start_loc=qsl.to(DEVICE),
-        query_start_loc_cpu=qsl,
-        seq_lens=seq_lens_cpu.to(DEVICE),
-        seq_lens_cpu_upper_bound=seq_lens_cpu,
-        num_reqs=2,
-        num_actual_tokens=12,
-        max_query_len=6,
-        max_seq_len=131072,
-        block_table_tensor=torch.zeros(2, 8192, dtype=torch.int32, device=DEVICE),
-        slot_mapping=torch.zeros(12, dtype=torch.int64, device=DEVICE),
-        causal=True,
-    )
+    cam = host_step_metadata([6, 6], [131072, 100000], 8192)
     spec = dict(
         block_size=BLOCK_SIZE,
         num_kv_heads=NUM_KV_HEADS,

@@ -346,10 +346,11 @@ def forward_int8_per_token_head(
     key_cache, value_cache = impl._pth_key_value_caches(kv_cache)
     if prefill is not None:
         assert kernels.section_attn_fn is not None
-        # Shared by all layers (they run one after another) and reserved
-        # by the metadata builder, so its size is independent of the
-        # context; fetched here only where the builder could not keep it.
-        # The builder keeps one scratch: checked on the layer's first call.
+        # One scratch shared by all layers (they run one after another),
+        # reserved by the metadata builder so that its size is independent
+        # of the context.  A layer checks it against its own shapes on its
+        # first prefill and fetches scratch of its own if they differ (or
+        # if the builder could not keep any).
         scratch = attn_metadata.int8_prefill_scratch
         checked = scratch is not None and scratch is impl._int8_prefill_checked
         if not checked:
