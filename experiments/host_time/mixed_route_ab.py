@@ -106,6 +106,12 @@ def setup(kv, num_blocks):
     if int8:
         int8_backend.reserve_int8_prefill_workspace(builder)
         cache = torch.randint(-100, 100, shape, dtype=torch.int8, device=DEV)
+        # Random bytes in the scale views are random floats (NaN and Inf
+        # among them): give the K and V scales real values, so that the
+        # outputs are finite and the two INT8 routes can be compared.
+        views = triton_attn.int8_per_token_head_planar_views(cache, D)
+        views[2].uniform_(0.005, 0.02)
+        views[3].uniform_(0.005, 0.02)
     else:
         cache = torch.randn(shape, dtype=torch.bfloat16, device=DEV) * 0.1
     return builder, impls, cache

@@ -376,6 +376,31 @@ def _wgmma_tile_split(
     )
 
 
+def int8_split_kv_rounds_query(
+    geometry: Int8SplitKVGeometry, rows: int, num_tokens: int, max_partials: int
+) -> bool:
+    """Whether a split-KV launch rounds each query row to one int8 part.
+
+    The kernels split a query row into int8 high and low parts, exact to
+    1.6e-5 of the row's largest element, except Hopper's verify kernel when
+    its two consumers hold ``block_m`` rows each (65-128 rows at the default
+    geometry): there Q.K takes the row rounded to int8 once, within 1/254 of
+    its largest element (see ``triton_int8_split_kv_wgmma``).
+
+    Args:
+        geometry: The launch geometry (as passed or selected).
+        rows: Query rows per KV head: query heads per KV head times the
+            longest query.
+        num_tokens: Number of query tokens (rows of ``q``).
+        max_partials: Partial results the scratch buffers hold.
+    """
+    return (
+        geometry.wgmma
+        and _wgmma_supported()
+        and not _wgmma_tile_split(geometry, rows, num_tokens, max_partials)
+    )
+
+
 def _pv_chunk(geometry: Int8SplitKVGeometry, head_size: int) -> int:
     """Output channels per P.V dot of the row-packing kernel."""
     return min(geometry.pv_chunk or head_size, head_size)

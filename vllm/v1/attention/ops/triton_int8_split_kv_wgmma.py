@@ -13,23 +13,28 @@ axis, and runs three warpgroups:
   stages, reading the block table one tile ahead, and widens each tile's
   transposed V to fp16 (once, for every row) into a ring of ``VH_STAGES``
   tiles, the B operand of P.V;
-* two consumers hold 64 query rows each, with the rows' int8 high and low
-  parts (as in ``triton_int8_split_kv_attention``) in shared memory:
-  ``S = Q K^T`` runs as two int8 wgmma products that read Q and the K tile
-  from there into one int32 accumulator (254 times the high part's, then
-  the low part's added), so K is never widened and a row's scores stay in
-  one warp (two lane shuffles per row), then the softmax and ``O += P V``
-  with P from registers.
+* two consumers hold 64 query rows each, the rows' query rounded to int8
+  in shared memory: ``S = Q K^T`` is an int8 wgmma product that reads Q
+  and the K tile from there, so K is never widened and a row's scores stay
+  in one warp (two lane shuffles per row), then the softmax and
+  ``O += P V`` with P from registers.
 
 With up to 64 rows (``TILE_SPLIT``: up to 10 tokens at 6 query heads per KV
 head) both consumers hold the same rows and take alternate tiles, each
-writing its own partial result; with 65-128 rows (12-16 tokens) consumer
-``c`` holds rows ``64 c .. 64 c + 63`` and both consume every tile, so a
-tile is copied and widened once for all rows, and each consumer overlaps
-the next tile's Q.K with this tile's softmax and P.V (FlashAttention-3's
-intra-warpgroup overlap).  Stages pass between the partitions through
-mbarriers: ``ready`` (copied and widened), ``kfree`` (Q.K done) and
-``vhfree`` (P.V done).
+writing its own partial result; their query is split into int8 high and
+low parts (as in ``triton_int8_split_kv_attention``), two products into one
+int32 accumulator (254 times the high part's, then the low part's added),
+exact to 1.6e-5.  With 65-128 rows (12-16 tokens) consumer ``c`` holds
+rows ``64 c .. 64 c + 63`` and both consume every tile, so a tile is
+copied and widened once for all rows, and each consumer overlaps the next
+tile's Q.K with this tile's softmax and P.V (FlashAttention-3's
+intra-warpgroup overlap).  There Q.K takes one int8 product of the query
+rounded per row: the second product's tensor work and shared-memory reads
+of Q made these steps 14-20% slower on an H200, and the rounding (up to
+1/254 of a row's largest element) adds less to the error against exact
+attention than the cache's own INT8 quantisation.  Stages pass between the
+partitions through mbarriers: ``ready`` (copied and widened), ``kfree``
+(Q.K done) and ``vhfree`` (P.V done).
 
 Partial results have the layout of ``kernel_int8_split_kv_attention``'s,
 ``2 * num_segments`` of them per token with ``TILE_SPLIT``, and its reduce
@@ -341,19 +346,22 @@ def _producer(
 
 
 @gluon.jit
-def _chained_qk(q_hi_smem, q_lo_smem, k_t, ks, vs, s_zero):
-    # One int32 accumulator: 254 * (q_hi . K), then + q_lo . K.  Half the
-    # score registers of two products, and 7-10% faster tiles on an H200
-    # with up to 64 rows, although the products then run one after the
-    # other; |254 * S_hi + S_lo| < 2**31, so it is exact.  The tile's K and
-    # V scales (ks, vs) are read while the first product runs.
+def _tile_qk(q_hi_smem, q_lo_smem, k_t, ks, vs, s_zero, QUERY_PAIR: gl.constexpr):
+    # With QUERY_PAIR, one int32 accumulator: 254 * (q_hi . K), then
+    # + q_lo . K.  Half the score registers of two products, and 7-10%
+    # faster tiles on an H200 with up to 64 rows, although the products then
+    # run one after the other; |254 * S_hi + S_lo| < 2**31, so it is exact.
+    # Else q_hi . K alone.  The tile's K and V scales (ks, vs) are read
+    # while the first product runs.
     col_s: gl.constexpr = gl.SliceLayout(0, s_zero.type.layout)
     s_int = warpgroup_mma(q_hi_smem, k_t, s_zero, use_acc=False, is_async=True)
     k_scale = ks.load(col_s)
     v_scale = vs.load(col_s)
     s_int = warpgroup_mma_wait(0, deps=[s_int])
-    s_int = warpgroup_mma(q_lo_smem, k_t, s_int * 254, use_acc=True, is_async=True)
-    return warpgroup_mma_wait(0, deps=[s_int]), k_scale, v_scale
+    if QUERY_PAIR:
+        s_int = warpgroup_mma(q_lo_smem, k_t, s_int * 254, use_acc=True, is_async=True)
+        s_int = warpgroup_mma_wait(0, deps=[s_int])
+    return s_int, k_scale, v_scale
 
 
 @gluon.jit
@@ -503,8 +511,11 @@ def _consumer(
         my_tiles = n_tiles
 
     # Row r is query token r // G, query head kv_head_idx * G + r % G
-    # (G = NUM_QUERIES_PER_KV).  Q / s = q_hi + q_lo / 254 per row, with
-    # s = max|Q| / 127: 254 * (q_hi . K) + q_lo . K is exact in int32.
+    # (G = NUM_QUERIES_PER_KV).  With s = max|Q| / 127 per row, Q / s is
+    # q_hi + q_lo / 254 with alternate tiles (254 * (q_hi . K) + q_lo . K
+    # is exact in int32), q_hi rounded alone with 65-128 rows (see the
+    # module's docstring).
+    QUERY_PAIR: gl.constexpr = TILE_SPLIT
     r_q = my_row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, ROW_LOAD))
     d_q = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, ROW_LOAD))
     tok_q = r_q // NUM_QUERIES_PER_KV
@@ -521,11 +532,14 @@ def _consumer(
     q_scale = gl.where(q_amax > 0.0, q_amax / 127.0, 1.0)
     Q = Q / gl.expand_dims(q_scale, 1)
     q_hi = gl.floor(Q + 0.5)
-    q_lo_smem.store(gl.floor((Q - q_hi) * 254.0 + 0.5).to(gl.int8))
     q_hi_smem.store(q_hi.to(gl.int8))
+    row_qk = qk_scale
+    if QUERY_PAIR:
+        q_lo_smem.store(gl.floor((Q - q_hi) * 254.0 + 0.5).to(gl.int8))
+        row_qk = qk_scale / 254.0
     fence_async_shared()
     gl.thread_barrier()
-    row_qk_scale = gl.convert_layout(q_scale * (qk_scale / 254.0), row_s)
+    row_qk_scale = gl.convert_layout(q_scale * row_qk, row_s)
     # The query tokens are the request's last q_len positions.
     q_pos = (
         seq_len
@@ -546,13 +560,14 @@ def _consumer(
         for _ in range(my_tiles):
             s = i % STAGES
             mbarrier.wait(ready.index(s), (i // STAGES) & 1)
-            s_int, k_scale, v_scale = _chained_qk(
+            s_int, k_scale, v_scale = _tile_qk(
                 q_hi_smem,
                 q_lo_smem,
                 k_smem.index(s).permute([1, 0]),
                 ks_smem.index(s),
                 vs_smem.index(s),
                 s_zero,
+                QUERY_PAIR,
             )
             mbarrier.arrive(kfree.index(s))
             P_v, acc, m_i, l_i, v_ref = _softmax_tile(
@@ -587,11 +602,11 @@ def _consumer(
     else:
         # Both consumers take every tile, so the tensor cores idle while
         # each computes its softmax unless it overlaps its own products
-        # (FlashAttention-3's intra-warpgroup overlap): the next tile's high
-        # product runs during this tile's softmax, its low product beside
-        # this tile's P.V (5-7% faster on an H200 at 12-16 tokens; slower
-        # with alternate tiles; sliding-window layers keep the loop above,
-        # where their masks need no spill).  The consumer then waits for its
+        # (FlashAttention-3's intra-warpgroup overlap): the next tile's Q.K
+        # runs during this tile's softmax and is waited for beside this
+        # tile's P.V (5-7% faster on an H200 at 12-16 tokens; slower with
+        # alternate tiles; sliding-window layers keep the loop above, where
+        # their masks need no spill).  The consumer then waits for its
         # next tile while its P.V still reads this tile's widened V, so the
         # producer needs a third widened tile.  After the last tile the
         # "next" products read a stage that may be refilling; their result
@@ -603,13 +618,14 @@ def _consumer(
         v_scale = gl.zeros([TILE_SIZE], gl.float32, col_s)
         if my_tiles > 0:
             mbarrier.wait(ready.index(0), 0)
-            s_int, k_scale, v_scale = _chained_qk(
+            s_int, k_scale, v_scale = _tile_qk(
                 q_hi_smem,
                 q_lo_smem,
                 k_smem.index(0).permute([1, 0]),
                 ks_smem.index(0),
                 vs_smem.index(0),
                 s_zero,
+                QUERY_PAIR,
             )
             mbarrier.arrive(kfree.index(0))
         for _ in range(my_tiles):
@@ -638,14 +654,10 @@ def _consumer(
                 P_LOG2_SCALE,
                 RESCALE_THRESHOLD,
                 SLIDING_WINDOW,
-                False,
+                True,
             )
             k_scale = ks_smem.index(s_n).load(col_s)
             v_scale = vs_smem.index(s_n).load(col_s)
-            s_nxt = warpgroup_mma_wait(0, deps=[s_nxt])
-            s_nxt = warpgroup_mma(
-                q_lo_smem, k_n, s_nxt * 254, use_acc=True, is_async=True
-            )
             acc = warpgroup_mma(
                 P_v, vh_smem.index(h).permute([1, 0]), acc, is_async=True
             )
