@@ -17,7 +17,9 @@ memory-bound: each step streams the whole context once.  The kernel here
 * computes Q.K with int8 tensor-core dots and never widens K: each query
   row is split into two int8 parts, ``Q / s = q_hi + q_lo / 254`` with
   ``s = max|Q| / 127``, so ``254 * (q_hi . K) + q_lo . K`` (an exact int32)
-  is Q.K to within 1.6e-5 of ``s * 127 * max|K|``;
+  is Q.K to within 1.6e-5 of ``s * 127 * max|K|`` (Hopper's verify kernel
+  with 65-128 rows rounds the row to one part instead: see
+  :func:`int8_split_kv_rounds_query`);
 * widens V to fp16 with a bit trick (``0x6400 | (v ^ 0x80)`` is the fp16
   value ``1152 + v``) instead of int -> float conversions, which issue at a
   quarter of the ALU rate; P.V runs as an fp16 dot with the V scales folded
