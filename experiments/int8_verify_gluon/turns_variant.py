@@ -4,7 +4,7 @@ inter-warpgroup ping-pong): a consumer's GEMM phase (P.V of its tile and
 Q.K of its next tile) runs while the other one computes its softmax, handed
 over by a pair of mbarriers.  Tried before with the high/low query pair (no
 gain, ws_verify.py PINGPONG=1); with one Q.K product a GEMM phase is 384
-tensor cycles per tile against 640, so the softmax can hide it.
+tensor cycles per tile at full rate against 512, so the softmax may hide it.
 Writes OUT_DIR/turns.py.  Usage: python turns_variant.py [OUT_DIR] (repo root)"""
 import os
 import sys
