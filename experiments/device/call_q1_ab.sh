@@ -5,7 +5,9 @@
 # operand, consumers at 232 registers) against the committed kernel (twice:
 # "new" and "old" are the same file, their spread is the noise), checked on
 # ragged cases against attention on the dequantised cache, then timed with
-# FA3 by ab_runs.py.  Carry [".carry/vllm026", "dist/patches"].
+# FA3 by ab_runs.py (measured 2026-12-05; 0006 has run q1sk's form since, so
+# q1_variant.py now stops unless SRC names the earlier kernel, commit 3666f80).
+# Carry [".carry/vllm026", "dist/patches"].
 # Results: $OUT/q1_ab.txt, $OUT/ab_runs.json.
 cd "$(dirname "$0")/../.."
 source .carry/vllm026/install.sh >/dev/null

@@ -2,7 +2,7 @@
 # Issue 20: the split-KV kernel's GPU tests after 0006 rounds the query once
 # for 65-128 rows on Hopper (references take the query as the launch uses
 # it): the full grid (stage kernels-grid), then the rest of the file but the
-# offline compile checks.  Optionally (BENCH=1) the kernel table after them.
+# offline compile checks (the kernel table: call_verify_next.sh).
 # Carry [".carry/vllm026", "dist/patches"].
 cd "$(dirname "$0")/../.."
 source .carry/vllm026/install.sh >/dev/null
@@ -16,8 +16,3 @@ timeout -s INT ${TEST_LIMIT:-300} python3 -m pytest -v -rA -p no:cacheprovider -
   -k "not test_int8_split_kv_attention[ and not spill and not test_wgmma_" \
   2>&1 | grep -v -i "warning" > $OUT/kernel_tests.txt
 echo "kernel tests rc=$? wall $(( $(date +%s) - T0 )) s"; grep -E "^(FAILED|ERROR)|passed|failed" $OUT/kernel_tests.txt | tail -12
-if [ -n "$BENCH" ]; then
-  timeout ${BENCH_LIMIT:-250} python3 benchmarks/kernels/benchmark_int8_kv_attention.py --quick \
-    --output-dir $OUT > $OUT/bench.txt 2>&1
-  echo "bench rc=$?"; grep -v -i "warn" $OUT/bench.txt | tail -58
-fi

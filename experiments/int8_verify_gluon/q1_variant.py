@@ -8,14 +8,22 @@ unquantised reference (6-36% more error than the pair).
 Writes OUT_DIR/q1.py (one product, both loops) and OUT_DIR/q1sk.py (the same,
 and the overlap loop's accumulator rescale skipped by warps whose rows did not
 move, as the alternate-tile loop already does).
-Usage: python q1_variant.py [OUT_DIR]   (default /tmp/wv; run from the repo root)"""
+Usage: [SRC=kernel.py] python q1_variant.py [OUT_DIR]   (default /tmp/wv; repo root)
+The kernel it patches is 0006's before it took q1sk's form (commit 3666f80)."""
 import os
 import sys
 
-SRC = "vllm/v1/attention/ops/triton_int8_split_kv_wgmma.py"
+SRC = os.environ.get("SRC", "vllm/v1/attention/ops/triton_int8_split_kv_wgmma.py")
 out_dir = sys.argv[1] if len(sys.argv) > 1 else "/tmp/wv"
 os.makedirs(out_dir, exist_ok=True)
 base = open(SRC).read()
+if "def _chained_qk(" not in base:
+    # 0006 has run q1sk's form for 65-128 rows since these were measured.
+    sys.exit(
+        f"{SRC} has no high/low query pair to replace: write the kernel these "
+        "variants patch with `git show 3666f80:" + SRC + " > FILE` and pass "
+        "SRC=FILE"
+    )
 
 
 def rep(s, old, new, count=1):
