@@ -5,7 +5,11 @@ Q.K of its next tile) runs while the other one computes its softmax, handed
 over by a pair of mbarriers.  Tried before with the high/low query pair (no
 gain, ws_verify.py PINGPONG=1); with one Q.K product a GEMM phase is 384
 tensor cycles per tile at full rate against 512, so the softmax may hide it.
-Writes OUT_DIR/turns.py.  Usage: python turns_variant.py [OUT_DIR] (repo root)"""
+Writes OUT_DIR/turns.py, where a consumer hands the turn over once its GEMMs
+are done, and OUT_DIR/turns_issue.py, where it hands it over as soon as they
+are issued (FlashAttention-3's order: the other consumer's GEMMs then queue
+right behind on the tensor cores instead of waiting for the wait's return).
+Usage: python turns_variant.py [OUT_DIR] (repo root)"""
 import os
 import sys
 
@@ -120,6 +124,27 @@ loop = '''        gl.static_assert(VH_STAGES > 1)
                 h = gl.where(h == VH_STAGES - 1, 0, h + 1)
 
 '''
-s = s[:start] + loop + s[end:]
-open(os.path.join(out_dir, "turns.py"), "w").write(s)
+done = s[:start] + loop + s[end:]
+open(os.path.join(out_dir, "turns.py"), "w").write(done)
 print("wrote", out_dir + "/turns.py")
+# Hand the turn over at issue: the arrive moves from after the wait to
+# right after the next tile's Q.K is issued.
+at_done = """                acc, s_int = warpgroup_mma_wait(0, deps=[acc, s_nxt])
+                mbarrier.arrive(vhfree.index(h))
+                mbarrier.arrive(kfree.index(s_n), pred=has_next)
+                mbarrier.arrive(turn.index(1 - C))
+"""
+at_issue = """                acc, s_int = warpgroup_mma_wait(0, deps=[acc, s_nxt])
+                mbarrier.arrive(vhfree.index(h))
+                mbarrier.arrive(kfree.index(s_n), pred=has_next)
+"""
+issued = """                    is_async=True,
+                )
+                k_scale = ks_smem.index(s_n).load(col_s)
+"""
+assert done.count(at_done) == 1 and done.count(issued) == 1
+issue = done.replace(at_done, at_issue).replace(
+    issued, issued.replace("                k_scale", "                mbarrier.arrive(turn.index(1 - C))\n                k_scale")
+)
+open(os.path.join(out_dir, "turns_issue.py"), "w").write(issue)
+print("wrote", out_dir + "/turns_issue.py")
