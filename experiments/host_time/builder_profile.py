@@ -2,7 +2,11 @@
 """Where the INT8 builder's host time goes in a mixed step on a GPU host
 (issue 21): host_time.py's setup with the real device, the builder alone
 timed and profiled (cProfile, by own time), then the pieces it is made of
-timed one by one.  Writes $OUT/builder_profile.txt.
+timed one by one; last, each builder timed per call while the GPU queue runs
+BUSY_MS (default 20) ahead of the host, as in an engine step, with the CUDA
+API calls that the torch profiler sees in those builds (a pinned-memory
+allocation or a blocking copy would show there).  Writes
+$OUT/builder_profile.txt.
 
     python3 experiments/host_time/builder_profile.py
 """
@@ -109,12 +113,84 @@ def main() -> None:
                 if dev.type != "cuda" and ("pin" in k or "cuda" in k):
                     continue
                 lines.append(f"  {k:40s} {best(fn):8.1f} us")
+    if dev.type == "cuda":
+        lines += busy_queue(dev, ht, triton_attn, _warmup_batch)
     text = "\n".join(lines)
     print(text)
     with open(
         os.path.join(os.environ.get("OUT", "/tmp"), "builder_profile.txt"), "w"
     ) as f:
         f.write(text)
+
+
+def busy_queue(dev, ht, triton_attn, _warmup_batch) -> list[str]:
+    """Builder host time per call with the device queue BUSY_MS ahead."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVQuantMode
+
+    busy_ms = float(os.environ.get("BUSY_MS", 20))
+    # torch.cuda._sleep spins for a number of cycles: calibrate it.
+    torch.cuda._sleep(1_000_000)
+    start, end = torch.cuda.Event(True), torch.cuda.Event(True)
+    start.record()
+    torch.cuda._sleep(10_000_000)
+    end.record()
+    end.synchronize()
+    cycles = int(10_000_000 * busy_ms / start.elapsed_time(end))
+    lines = [f"\nbusy queue: {busy_ms} ms of GPU work queued before each build"]
+    ql, cl = [1] * 8 + [512], [4096] * 9
+    for kv, mode in (
+        ("bf16", KVQuantMode.NONE),
+        ("int8", KVQuantMode.INT8_PER_TOKEN_HEAD),
+    ):
+        spec = FullAttentionSpec(
+            block_size=ht.BLOCK_SIZE,
+            num_kv_heads=ht.NUM_KV_HEADS,
+            head_size=ht.HEAD_SIZE,
+            dtype=torch.bfloat16,
+            kv_quant_mode=mode,
+        )
+        b = triton_attn.TritonAttentionMetadataBuilder(
+            spec, [], ht._vllm_config(16), dev
+        )
+        cam = _warmup_batch(ql, cl, ht.BLOCK_SIZE, dev)
+        for queue in ("idle", "busy"):
+            # Busy: the queue only grows (no sync in the loop), so the copies
+            # of earlier builds are still pending, as when the host runs a
+            # step ahead of the device.
+            times = []
+            torch.cuda.synchronize()
+            for _ in range(40):
+                if queue == "busy":
+                    torch.cuda._sleep(cycles)
+                else:
+                    torch.cuda.synchronize()
+                t0 = timeit.default_timer()
+                b.build(0, cam)
+                times.append((timeit.default_timer() - t0) * 1e6)
+            torch.cuda.synchronize()
+            times = sorted(times[10:])
+            lines.append(
+                f"{kv} mixed build, queue {queue}: median {times[len(times) // 2]:.1f}"
+                f" us, max {times[-1]:.1f} us"
+            )
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(10):
+                torch.cuda._sleep(cycles)
+                b.build(0, cam)
+            torch.cuda.synchronize()
+        api = [
+            e
+            for e in prof.key_averages()
+            if e.key.startswith("cuda") or "HostAlloc" in e.key or "aten::" in e.key
+        ]
+        api.sort(key=lambda e: -e.cpu_time_total)
+        lines.append(f"  {kv}: host-side events over 10 busy builds (total us, count)")
+        for e in api[:12]:
+            lines.append(f"    {e.key:45s} {e.cpu_time_total:10.1f} {e.count:5d}")
+    return lines
 
 
 if __name__ == "__main__":
