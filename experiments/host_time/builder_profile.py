@@ -33,11 +33,9 @@ def best(fn, n=300) -> float:
 
 
 def main() -> None:
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVQuantMode
     from vllm.v1.worker import workspace
 
     from vllm.model_executor.warmup.triton_attn_warmup import _warmup_batch
-    from vllm.v1.attention.backends import triton_attn
     from vllm.v1.attention.ops.triton_int8_sectioned_prefill import (
         build_sectioned_prefill_metadata,
     )
@@ -49,20 +47,8 @@ def main() -> None:
     dev = torch.device(os.environ.get("DEV", "cuda"))
     workspace.init_workspace_manager(dev)
     lines = []
-    for kv, mode in (
-        ("bf16", KVQuantMode.NONE),
-        ("int8", KVQuantMode.INT8_PER_TOKEN_HEAD),
-    ):
-        spec = FullAttentionSpec(
-            block_size=ht.BLOCK_SIZE,
-            num_kv_heads=ht.NUM_KV_HEADS,
-            head_size=ht.HEAD_SIZE,
-            dtype=torch.bfloat16,
-            kv_quant_mode=mode,
-        )
-        b = triton_attn.TritonAttentionMetadataBuilder(
-            spec, [], ht._vllm_config(16), dev
-        )
+    builders = _builders(dev)
+    for kv, b in builders.items():
         for name, (ql, cl) in {
             "decode": ([1] * 8, [4096] * 8),
             "mixed": ([1] * 8 + [512], [4096] * 9),
@@ -114,7 +100,7 @@ def main() -> None:
                     continue
                 lines.append(f"  {k:40s} {best(fn):8.1f} us")
     if dev.type == "cuda":
-        lines += busy_queue(dev, ht, triton_attn, _warmup_batch)
+        lines += busy_queue(dev, builders)
     text = "\n".join(lines)
     print(text)
     with open(
@@ -123,23 +109,13 @@ def main() -> None:
         f.write(text)
 
 
-def busy_queue(dev, ht, triton_attn, _warmup_batch) -> list[str]:
-    """Builder host time per call with the device queue BUSY_MS ahead."""
-    from torch.profiler import ProfilerActivity, profile
-
+def _builders(dev: torch.device) -> dict:
+    """host_time.py's BF16 and INT8 Triton metadata builders."""
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVQuantMode
 
-    busy_ms = float(os.environ.get("BUSY_MS", 20))
-    # torch.cuda._sleep spins for a number of cycles: calibrate it.
-    torch.cuda._sleep(1_000_000)
-    start, end = torch.cuda.Event(True), torch.cuda.Event(True)
-    start.record()
-    torch.cuda._sleep(10_000_000)
-    end.record()
-    end.synchronize()
-    cycles = int(10_000_000 * busy_ms / start.elapsed_time(end))
-    lines = [f"\nbusy queue: {busy_ms} ms of GPU work queued before each build"]
-    ql, cl = [1] * 8 + [512], [4096] * 9
+    from vllm.v1.attention.backends import triton_attn
+
+    builders = {}
     for kv, mode in (
         ("bf16", KVQuantMode.NONE),
         ("int8", KVQuantMode.INT8_PER_TOKEN_HEAD),
@@ -151,10 +127,24 @@ def busy_queue(dev, ht, triton_attn, _warmup_batch) -> list[str]:
             dtype=torch.bfloat16,
             kv_quant_mode=mode,
         )
-        b = triton_attn.TritonAttentionMetadataBuilder(
+        builders[kv] = triton_attn.TritonAttentionMetadataBuilder(
             spec, [], ht._vllm_config(16), dev
         )
-        cam = _warmup_batch(ql, cl, ht.BLOCK_SIZE, dev)
+    return builders
+
+
+def busy_queue(dev: torch.device, builders: dict) -> list[str]:
+    """Each builder's host time per mixed-step call with the device queue
+    BUSY_MS ahead, and the host-side events of such calls."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from vllm.model_executor.warmup.triton_attn_warmup import _warmup_batch
+
+    busy_ms = float(os.environ.get("BUSY_MS", 20))
+    cycles = int(busy_ms * 1e6 * ht.SPIN_CYCLES_PER_NS)
+    lines = [f"\nbusy queue: {busy_ms} ms of GPU work queued before each build"]
+    cam = _warmup_batch([1] * 8 + [512], [4096] * 9, ht.BLOCK_SIZE, dev)
+    for kv, b in builders.items():
         for queue in ("idle", "busy"):
             # Busy: the queue only grows (no sync in the loop), so the copies
             # of earlier builds are still pending, as when the host runs a
@@ -175,7 +165,6 @@ def busy_queue(dev, ht, triton_attn, _warmup_batch) -> list[str]:
                 f"{kv} mixed build, queue {queue}: median {times[len(times) // 2]:.1f}"
                 f" us, max {times[-1]:.1f} us"
             )
-        torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(10):
                 torch.cuda._sleep(cycles)

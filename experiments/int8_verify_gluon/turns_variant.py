@@ -25,23 +25,13 @@ def rep(old, new, count=1):
     s = s.replace(old, new)
 
 
-# The consumers get the turn barriers.
-rep('''    ready,
-    kfree,
-    vhfree,
-    out_ptr,''', '''    ready,
-    kfree,
-    vhfree,
-    turn,
-    out_ptr,''')
-rep('''                    ready,
-                    kfree,
-                    vhfree,
-                    out_ptr,''', '''                    ready,
-                    kfree,
-                    vhfree,
-                    turn,
-                    out_ptr,''', count=2)
+# The consumers get the turn barriers: their signature, then both calls.
+for indent, count in (("    ", 1), (" " * 20, 2)):
+    rep(
+        "".join(f"{indent}{a},\n" for a in ("ready", "kfree", "vhfree", "out_ptr")),
+        "".join(f"{indent}{a},\n" for a in ("ready", "kfree", "vhfree", "turn", "out_ptr")),
+        count,
+    )
 rep('''    vhfree = gl.allocate_shared_memory(gl.int64, [VH_STAGES, 1], bar_layout)''',
     '''    vhfree = gl.allocate_shared_memory(gl.int64, [VH_STAGES, 1], bar_layout)
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
@@ -115,36 +105,24 @@ loop = '''        gl.static_assert(VH_STAGES > 1)
                     use_acc=False,
                     is_async=True,
                 )
+                # AT_ISSUE
                 k_scale = ks_smem.index(s_n).load(col_s)
                 v_scale = vs_smem.index(s_n).load(col_s)
                 acc, s_int = warpgroup_mma_wait(0, deps=[acc, s_nxt])
                 mbarrier.arrive(vhfree.index(h))
                 mbarrier.arrive(kfree.index(s_n), pred=has_next)
-                mbarrier.arrive(turn.index(1 - C))
+                # WHEN_DONE
                 h = gl.where(h == VH_STAGES - 1, 0, h + 1)
 
 '''
-done = s[:start] + loop + s[end:]
-open(os.path.join(out_dir, "turns.py"), "w").write(done)
-print("wrote", out_dir + "/turns.py")
-# Hand the turn over at issue: the arrive moves from after the wait to
-# right after the next tile's Q.K is issued.
-at_done = """                acc, s_int = warpgroup_mma_wait(0, deps=[acc, s_nxt])
-                mbarrier.arrive(vhfree.index(h))
-                mbarrier.arrive(kfree.index(s_n), pred=has_next)
-                mbarrier.arrive(turn.index(1 - C))
-"""
-at_issue = """                acc, s_int = warpgroup_mma_wait(0, deps=[acc, s_nxt])
-                mbarrier.arrive(vhfree.index(h))
-                mbarrier.arrive(kfree.index(s_n), pred=has_next)
-"""
-issued = """                    is_async=True,
-                )
-                k_scale = ks_smem.index(s_n).load(col_s)
-"""
-assert done.count(at_done) == 1 and done.count(issued) == 1
-issue = done.replace(at_done, at_issue).replace(
-    issued, issued.replace("                k_scale", "                mbarrier.arrive(turn.index(1 - C))\n                k_scale")
-)
-open(os.path.join(out_dir, "turns_issue.py"), "w").write(issue)
-print("wrote", out_dir + "/turns_issue.py")
+body = s[:start] + loop + s[end:]
+# Where a consumer hands the turn over: one variant per marker.
+ARRIVE = "                mbarrier.arrive(turn.index(1 - C))\n"
+for name, where in (("turns", "WHEN_DONE"), ("turns_issue", "AT_ISSUE")):
+    text = body
+    for marker in ("AT_ISSUE", "WHEN_DONE"):
+        line = f"                # {marker}\n"
+        assert text.count(line) == 1, marker
+        text = text.replace(line, ARRIVE if marker == where else "")
+    open(os.path.join(out_dir, name + ".py"), "w").write(text)
+    print("wrote", os.path.join(out_dir, name + ".py"))
