@@ -234,6 +234,16 @@ def _device_properties() -> tuple[int | None, int]:
     )
 
 
+@functools.cache
+def _replace_geometry(
+    geometry: Int8SplitKVGeometry, **changes: int | bool
+) -> Int8SplitKVGeometry:
+    """``dataclasses.replace`` once per distinct result: it runs the
+    constructor, about 2 us of host time per step (the results are few:
+    a table's rows times power-of-two segment counts)."""
+    return dataclasses.replace(geometry, **changes)
+
+
 def geometry_table(
     capability_major: int | None,
 ) -> tuple[GeometryEntry, ...]:
@@ -334,7 +344,7 @@ def select_int8_split_kv_geometry(
         and num_tokens * num_segments * partials_per_segment > max_partials
     ):
         num_segments //= 2
-    return dataclasses.replace(base, num_segments=num_segments)
+    return _replace_geometry(base, num_segments=num_segments)
 
 
 def _wgmma_supported() -> bool:
@@ -1474,7 +1484,7 @@ def int8_split_kv_attention(
         int(causal),
     )
     if geometry.wgmma and not _wgmma_supported():
-        geometry = dataclasses.replace(geometry, wgmma=False, swap_ab=True)
+        geometry = _replace_geometry(geometry, wgmma=False, swap_ab=True)
     num_partials = num_segments
     if geometry.wgmma:
         tile_split = _wgmma_tile_split(geometry, rows, num_tokens, segm_output.shape[0])
