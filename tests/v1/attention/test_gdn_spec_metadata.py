@@ -57,6 +57,17 @@ BATCHES = {
 }
 
 
+@pytest.fixture(autouse=True)
+def cpu_default_device():
+    """The runner's host tensors are on the CPU, also where an earlier test in
+    the process left a CUDA default device (as the per-token-head cache tests
+    do): the batch helpers create some of them on the default device."""
+    previous = torch.get_default_device()
+    torch.set_default_device("cpu")
+    yield
+    torch.set_default_device(previous)
+
+
 def _builder(tmp_path, device: torch.device) -> GDNAttentionMetadataBuilder:
     (tmp_path / "config.json").write_text(json.dumps(MODEL_CONFIG))
     vllm_config = create_vllm_config(model_name=str(tmp_path), block_size=BLOCK_SIZE)
