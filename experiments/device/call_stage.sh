@@ -1,9 +1,11 @@
 # One GPU-suite stage by its pytest arguments (forktool/gpu_suite.txt), on the
 # device with the fork overlaid; upstream's test files come from
 # .carry/scripts/ut (copies from build/vllm-fork/tests; attention_utils.py is
-# tests/v1/attention/utils.py).  Usage: call_stage.sh STAGE [LIMIT_S]
+# tests/v1/attention/utils.py; prepare_stage_files.sh writes them here, and the
+# call carries ".carry/scripts" too).  Usage: call_stage.sh STAGE [LIMIT_S]
 cd "$(dirname "$0")/../.."
 STAGE=$1; LIMIT=${2:-480}
+[ -d .carry/scripts/ut ] || { echo "no .carry/scripts/ut: run experiments/device/prepare_stage_files.sh here and carry .carry/scripts"; exit 2; }
 source .carry/vllm026/install.sh >/dev/null
 bash .carry/vllm026/overlay.sh dist/patches/v0.26.0 >/dev/null
 export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1
