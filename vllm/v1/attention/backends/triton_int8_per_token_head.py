@@ -19,11 +19,9 @@ Which kernels a layer and a step use, in the order they are decided:
 reordering threshold and calls, and the impl's dispatch.
 """
 
-import copy
 from enum import Enum
 from typing import TYPE_CHECKING, NamedTuple
 
-import numpy as np
 import torch
 
 from vllm.config import VllmConfig
@@ -228,6 +226,14 @@ def reserve_int8_prefill_workspace(
     )
 
 
+def _shallow_copy(metadata: "TritonAttentionMetadata") -> "TritonAttentionMetadata":
+    """``copy.copy`` of the metadata without the reduce protocol, which
+    costs the host several times the copy of its fields."""
+    new = object.__new__(type(metadata))
+    new.__dict__.update(metadata.__dict__)
+    return new
+
+
 def split_int8_step(
     builder: "TritonAttentionMetadataBuilder",
     attn_metadata: "TritonAttentionMetadata",
@@ -245,7 +251,7 @@ def split_int8_step(
     if attn_metadata.max_query_len <= builder.reorder_batch_threshold:
         # Decode-only (e.g. every CUDA-graph step): no host work.  Also
         # the non-causal draft blocks of a drafter such as DFlash's.
-        attn_metadata.decode = plan_int8_decode(builder, copy.copy(attn_metadata))
+        attn_metadata.decode = plan_int8_decode(builder, _shallow_copy(attn_metadata))
         return
     if not attn_metadata.causal:
         # The sectioned prefill is causal.
@@ -256,8 +262,10 @@ def split_int8_step(
     # tokens than the threshold starts the prefill part, and there is one.
     num_reqs = common_attn_metadata.num_reqs
     query_start_loc_cpu = common_attn_metadata.query_start_loc_cpu
-    query_start = query_start_loc_cpu[: num_reqs + 1].numpy()
-    query_lens = np.diff(query_start)
+    # (Slicing the NumPy view, and not the tensor, and subtracting instead
+    # of np.diff halve this part's host time.)
+    query_start = query_start_loc_cpu.numpy()[: num_reqs + 1]
+    query_lens = query_start[1:] - query_start[:-1]
     num_decodes = int((query_lens > builder.reorder_batch_threshold).argmax())
     num_decode_tokens = int(query_start[num_decodes])
     # Exact for prefill rows (the only ones planned from it); avoids a sync.
@@ -275,9 +283,9 @@ def split_int8_step(
     attn_metadata.int8_prefill_scratch = builder.int8_prefill_scratch
     if num_decodes > 0:
         # A shallow copy with the decode rows' fields (as the FlashAttention
-        # backend derives its metadata): half the host time of
-        # dataclasses.replace, which runs the constructor.
-        decode = copy.copy(attn_metadata)
+        # backend derives its metadata; dataclasses.replace would run the
+        # constructor).
+        decode = _shallow_copy(attn_metadata)
         decode.num_actual_tokens = num_decode_tokens
         decode.max_query_len = int(query_lens[:num_decodes].max())
         decode.query_start_loc = attn_metadata.query_start_loc[: num_decodes + 1]
