@@ -66,7 +66,7 @@ def _vllm_config(max_num_seqs: int) -> SimpleNamespace:
     )
 
 
-def _count(calls: dict[str, int], name: str) -> None:
+def _count(calls: "dict[str, int] | _CallsByKV", name: str) -> None:
     calls[name] = calls.get(name, 0) + 1
 
 
@@ -123,46 +123,74 @@ def _stub_kernels(calls: dict[str, int]) -> None:
     triton_int8_per_token_head._flash_attn_section_fn = section_attn_fn
 
 
-def measure(kv: str, args: argparse.Namespace) -> dict:
-    from vllm.model_executor.warmup.triton_attn_warmup import _warmup_batch
+class _CallsByKV:
+    """Launch counts kept per KV configuration: those of ``kv``, the one
+    being timed, are counted."""
+
+    def __init__(self, kvs: list[str]):
+        self.by_kv: dict[str, dict[str, int]] = {kv: {} for kv in kvs}
+        self.kv = kvs[0]
+
+    def get(self, name: str, default: int) -> int:
+        return self.by_kv[self.kv].get(name, default)
+
+    def __setitem__(self, name: str, value: int) -> None:
+        self.by_kv[self.kv][name] = value
+
+
+def _setup(kv: str, args: argparse.Namespace, device: torch.device):
+    """One metadata builder, ``args.layers`` layers and their cache."""
     from vllm.v1.attention.backends import triton_attn
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVQuantMode
+
+    quant = KVQuantMode.INT8_PER_TOKEN_HEAD if kv == "int8" else KVQuantMode.NONE
+    spec = FullAttentionSpec(
+        block_size=BLOCK_SIZE,
+        num_kv_heads=NUM_KV_HEADS,
+        head_size=HEAD_SIZE,
+        dtype=torch.bfloat16,
+        kv_quant_mode=quant,
+    )
+    builder = triton_attn.TritonAttentionMetadataBuilder(
+        spec, [], _vllm_config(max(args.batch + 1, 16)), device
+    )
+    impls = [
+        triton_attn.TritonAttentionImpl(
+            NUM_HEADS,
+            HEAD_SIZE,
+            HEAD_SIZE**-0.5,
+            NUM_KV_HEADS,
+            None,
+            None,
+            KV_DTYPES[kv],
+        )
+        for _ in range(args.layers)
+    ]
+    shape = triton_attn.TritonAttentionBackend.get_kv_cache_shape(
+        args.num_blocks, BLOCK_SIZE, NUM_KV_HEADS, HEAD_SIZE, KV_DTYPES[kv]
+    )
+    cache_dtype = torch.int8 if kv == "int8" else torch.bfloat16
+    kv_cache = torch.zeros(shape, dtype=cache_dtype, device=device)
+    return builder, impls, kv_cache
+
+
+def measure(args: argparse.Namespace) -> dict[str, dict]:
+    """Time every step of every KV configuration in ``args.kv``.
+
+    The configurations take turns step by step (one step of each, then the
+    next round), so that a change of the machine's speed during the run
+    (frequency, other processes) reaches all of them alike: their ratio
+    moves much less from run to run than their times."""
+    from vllm.model_executor.warmup.triton_attn_warmup import _warmup_batch
     from vllm.v1.worker import workspace
 
     device = torch.device("cuda" if args.launch else "cpu")
-    calls: dict[str, int] = {}
+    calls = _CallsByKV(args.kv)
     if not args.launch:
         _stub_kernels(calls)
     workspace.init_workspace_manager(device)
     try:
-        quant = KVQuantMode.INT8_PER_TOKEN_HEAD if kv == "int8" else KVQuantMode.NONE
-        spec = FullAttentionSpec(
-            block_size=BLOCK_SIZE,
-            num_kv_heads=NUM_KV_HEADS,
-            head_size=HEAD_SIZE,
-            dtype=torch.bfloat16,
-            kv_quant_mode=quant,
-        )
-        builder = triton_attn.TritonAttentionMetadataBuilder(
-            spec, [], _vllm_config(max(args.batch + 1, 16)), device
-        )
-        impls = [
-            triton_attn.TritonAttentionImpl(
-                NUM_HEADS,
-                HEAD_SIZE,
-                HEAD_SIZE**-0.5,
-                NUM_KV_HEADS,
-                None,
-                None,
-                KV_DTYPES[kv],
-            )
-            for _ in range(args.layers)
-        ]
-        shape = triton_attn.TritonAttentionBackend.get_kv_cache_shape(
-            args.num_blocks, BLOCK_SIZE, NUM_KV_HEADS, HEAD_SIZE, KV_DTYPES[kv]
-        )
-        cache_dtype = torch.int8 if kv == "int8" else torch.bfloat16
-        kv_cache = torch.zeros(shape, dtype=cache_dtype, device=device)
+        setups = {kv: _setup(kv, args, device) for kv in args.kv}
         layer = SimpleNamespace(
             _q_scale=torch.ones(1, device=device),
             _k_scale=torch.ones(1, device=device),
@@ -179,7 +207,7 @@ def measure(kv: str, args: argparse.Namespace) -> dict:
                 [args.context] * (args.batch + 1),
             ),
         }
-        result = {}
+        results: dict[str, dict] = {kv: {} for kv in args.kv}
         for step, (query_lens, context_lens) in steps.items():
             # The warm-up's batches: block tables at block 0, read only.
             cam = _warmup_batch(query_lens, context_lens, BLOCK_SIZE, device)
@@ -189,32 +217,40 @@ def measure(kv: str, args: argparse.Namespace) -> dict:
             key = torch.zeros(n, NUM_KV_HEADS, HEAD_SIZE, dtype=torch.bfloat16)
             key = key.to(device)
             output = torch.empty_like(query)
-            build_s, forward_s = [], []
+            build_s = {kv: [] for kv in args.kv}
+            forward_s = {kv: [] for kv in args.kv}
             for i in range(args.warmup + args.steps):
-                if args.launch:
-                    torch.accelerator.synchronize()
-                    if args.busy_ms:
-                        # Queue the step behind a kernel that spins: a step
-                        # that waits for the device shows it in its time.
-                        torch.cuda._sleep(int(args.busy_ms * 1e6 * SPIN_CYCLES_PER_NS))
-                t0 = time.perf_counter()
-                meta = builder.build(0, cam)
-                t1 = time.perf_counter()
-                for impl in impls:
-                    impl.forward(layer, query, key, key, kv_cache, meta, output)
-                t2 = time.perf_counter()
-                if i >= args.warmup:
-                    build_s.append(t1 - t0)
-                    forward_s.append(t2 - t1)
-            build_us = 1e6 * statistics.median(build_s)
-            forward_us = 1e6 * statistics.median(forward_s)
-            result[step] = {
-                "build_us": round(build_us, 1),
-                "forward_us_per_layer": round(forward_us / args.layers, 1),
-                "step_us": round(build_us + forward_us, 1),
-            }
-        result["launches_stubbed"] = calls
-        return result
+                for kv, (builder, impls, kv_cache) in setups.items():
+                    calls.kv = kv
+                    if args.launch:
+                        torch.accelerator.synchronize()
+                        if args.busy_ms:
+                            # Queue the step behind a kernel that spins: a
+                            # step that waits for the device shows it in
+                            # its time.
+                            torch.cuda._sleep(
+                                int(args.busy_ms * 1e6 * SPIN_CYCLES_PER_NS)
+                            )
+                    t0 = time.perf_counter()
+                    meta = builder.build(0, cam)
+                    t1 = time.perf_counter()
+                    for impl in impls:
+                        impl.forward(layer, query, key, key, kv_cache, meta, output)
+                    t2 = time.perf_counter()
+                    if i >= args.warmup:
+                        build_s[kv].append(t1 - t0)
+                        forward_s[kv].append(t2 - t1)
+            for kv in args.kv:
+                build_us = 1e6 * statistics.median(build_s[kv])
+                forward_us = 1e6 * statistics.median(forward_s[kv])
+                results[kv][step] = {
+                    "build_us": round(build_us, 1),
+                    "forward_us_per_layer": round(forward_us / args.layers, 1),
+                    "step_us": round(build_us + forward_us, 1),
+                }
+        for kv in args.kv:
+            results[kv]["launches_stubbed"] = calls.by_kv[kv]
+        return results
     finally:
         workspace.reset_workspace_manager()
 
@@ -253,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         # Triton by a placeholder unless exactly one driver is active.
         os.environ.setdefault("TRITON_INTERPRET", "1")
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-    results = {kv: measure(kv, args) for kv in args.kv}
+    results = measure(args)
     report = {"args": vars(args), "results": results}
     if args.output:
         with open(args.output, "w") as f:
