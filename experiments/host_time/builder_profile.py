@@ -17,6 +17,7 @@ import os
 import pstats
 import sys
 import timeit
+from types import SimpleNamespace
 
 import torch
 
@@ -110,27 +111,10 @@ def main() -> None:
 
 
 def _builders(dev: torch.device) -> dict:
-    """host_time.py's BF16 and INT8 Triton metadata builders."""
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVQuantMode
-
-    from vllm.v1.attention.backends import triton_attn
-
-    builders = {}
-    for kv, mode in (
-        ("bf16", KVQuantMode.NONE),
-        ("int8", KVQuantMode.INT8_PER_TOKEN_HEAD),
-    ):
-        spec = FullAttentionSpec(
-            block_size=ht.BLOCK_SIZE,
-            num_kv_heads=ht.NUM_KV_HEADS,
-            head_size=ht.HEAD_SIZE,
-            dtype=torch.bfloat16,
-            kv_quant_mode=mode,
-        )
-        builders[kv] = triton_attn.TritonAttentionMetadataBuilder(
-            spec, [], ht._vllm_config(16), dev
-        )
-    return builders
+    """host_time.py's BF16 and INT8 Triton metadata builders (its setup
+    without layers and with a one-block cache)."""
+    args = SimpleNamespace(layers=0, batch=8, num_blocks=1)
+    return {kv: ht._setup(kv, args, dev)[0] for kv in ("bf16", "int8")}
 
 
 def busy_queue(dev: torch.device, builders: dict) -> list[str]:

@@ -8,17 +8,11 @@ sys.path.insert(0, "benchmarks/e2e")
 import host_time
 from types import SimpleNamespace
 from vllm.model_executor.warmup.triton_attn_warmup import _warmup_batch
-from vllm.v1.attention.backends import triton_attn
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVQuantMode
 from vllm.v1.worker import workspace
 dev = torch.device("cuda")
 workspace.init_workspace_manager(dev)
-spec = FullAttentionSpec(block_size=16, num_kv_heads=4, head_size=256, dtype=torch.bfloat16,
-                         kv_quant_mode=KVQuantMode.INT8_PER_TOKEN_HEAD)
-b = triton_attn.TritonAttentionMetadataBuilder(spec, [], host_time._vllm_config(16), dev)
-impls = [triton_attn.TritonAttentionImpl(24, 256, 256**-0.5, 4, None, None, "int8_per_token_head") for _ in range(16)]
-shape = triton_attn.TritonAttentionBackend.get_kv_cache_shape(64, 16, 4, 256, "int8_per_token_head")
-kv = torch.zeros(shape, dtype=torch.int8, device=dev)
+# host_time.py's INT8 builder, 16 layers and cache.
+b, impls, kv = host_time._setup("int8", SimpleNamespace(layers=16, batch=8, num_blocks=64), dev)
 layer = SimpleNamespace(_q_scale=torch.ones(1, device=dev), _k_scale=torch.ones(1, device=dev), _v_scale=torch.ones(1, device=dev))
 for name, (ql, cl) in {"mixed": ([1] * 8 + [512], [4096] * 9), "decode": ([1] * 8, [4096] * 8)}.items():
     cam = _warmup_batch(ql, cl, 16, dev)
