@@ -1,0 +1,410 @@
+"""Variants of the series' wgmma verify kernel (issue 20, 2026-12-06, tenth session).
+
+* ``trim``: the softmax's per-element work cut where the SASS shows it (all modes):
+  the row's query scale multiplies the exp2 argument through one FFMA instead of
+  an FMUL per score (the row maximum is taken before it: the scale is positive),
+  and the V-scale factor of P is ``v_scale * (1 / v_ref)`` (one division a tile)
+  instead of a full-range division per column (24 instructions a thread a tile,
+  8 of them predicated range fix-ups).
+* ``ovl2``: the 65-128-row loop overlaps both products with the softmax: tile i's
+  softmax runs while tile i+1's Q.K *and tile i-1's P.V* are on the tensor cores
+  (the series waits for tile i's P.V before tile i+1's softmax).  The previous
+  tile's P operand stays live through the wait (``deps``), so that ptxas does
+  not reuse its registers (and wait) halfway through the softmax, which is what
+  made ``fa3order_variant.py`` slower.  The accumulator is rescaled after that
+  wait.  The producer then widens into a fourth V tile (a tile's widened V is
+  released one iteration later).
+* ``ovl2trim``: both.
+* ``deep`` (alternate tiles only): 6 int8 stages, 4 tiles copied ahead.
+
+Writes OUT_DIR/{trim,ovl2,ovl2trim,deep}.py.
+Usage: python experiments/int8_verify_gluon/ovl2_variant.py [OUT_DIR] (repo root)."""
+import os
+import sys
+
+SRC = os.environ.get("SRC", "vllm/v1/attention/ops/triton_int8_split_kv_wgmma.py")
+out_dir = sys.argv[1] if len(sys.argv) > 1 else "/tmp/wv"
+os.makedirs(out_dir, exist_ok=True)
+BASE = open(SRC).read()
+
+
+def rep(s, old, new):
+    assert s.count(old) == 1, (s.count(old), old[:80])
+    return s.replace(old, new)
+
+
+def trim(s):
+    s = rep(s, '''    S = (
+        s_int.to(gl.float32)
+        * gl.expand_dims(row_qk_scale, 1)
+        * gl.expand_dims(k_scale, 0)
+    )
+    if masked:''', '''    # Scores without the row's query scale (positive): it enters the row
+    # maximum once and the exp2 argument through one FFMA.
+    S = s_int.to(gl.float32) * gl.expand_dims(k_scale, 0)
+    if masked:''')
+    s = rep(s, '''    tile_max = gl.max(S, axis=1)
+    new_v_ref = gl.maximum(gl.max(v_scale, axis=0), v_ref)''', '''    tile_max = gl.max(S, axis=1) * row_qk_scale
+    new_v_ref = gl.maximum(gl.max(v_scale, axis=0), v_ref)
+    inv_v_ref = 1.0 / new_v_ref''')
+    s = rep(s, '''        v_ratio = gl.where(new_v_ref > v_ref, v_ref / new_v_ref, 1.0)
+        alpha = gl.where(m_new > m_i, alpha, 1.0)
+        acc = _rescale_if_moved(acc, gl.convert_layout(alpha * v_ratio, row_o))''',
+              '''        v_ratio = gl.where(new_v_ref > v_ref, v_ref * inv_v_ref, 1.0)
+        alpha = gl.where(m_new > m_i, alpha, 1.0)
+        acc = _rescale_if_moved(acc, gl.convert_layout(alpha * v_ratio, row_o))''')
+    s = rep(s, '''    P = gl.exp2(S - gl.expand_dims(m_new - P_LOG2_SCALE, 1))
+    l_i += gl.sum(P, axis=1)
+    P_v = gl.convert_layout(
+        (P * gl.expand_dims(v_scale / new_v_ref, 0)).to(gl.float16), p_layout
+    )
+    return P_v, acc, m_new, l_i, new_v_ref''', '''    P = gl.exp2(
+        gl.fma(
+            S,
+            gl.expand_dims(row_qk_scale, 1),
+            gl.expand_dims(P_LOG2_SCALE - m_new, 1),
+        )
+    )
+    l_i += gl.sum(P, axis=1)
+    P_v = gl.convert_layout(
+        (P * gl.expand_dims(v_scale * inv_v_ref, 0)).to(gl.float16), p_layout
+    )
+    return P_v, acc, m_new, l_i, new_v_ref''')
+    return s
+
+
+def ovl2(s):
+    # The softmax can return the rows' factor instead of rescaling: FACTOR_ONLY.
+    s = rep(s, '''    SKIP_UNMOVED: gl.constexpr,
+):''', '''    SKIP_UNMOVED: gl.constexpr,
+    FACTOR_ONLY: gl.constexpr = False,
+):''')
+    s = rep(s, '''        acc = _rescale_if_moved(acc, gl.convert_layout(alpha * v_ratio, row_o))''',
+            '''        if FACTOR_ONLY:
+            acc = gl.convert_layout(alpha * v_ratio, row_o)
+        else:
+            acc = _rescale_if_moved(acc, gl.convert_layout(alpha * v_ratio, row_o))''')
+    start = s.index("        gl.static_assert(VH_STAGES > 2)\n")
+    end = s.index("    rows = my_row0 + gl.arange(0, ROWS, layout=row_o)\n")
+    loop = '''        gl.static_assert(VH_STAGES > 3)
+        p_layout: gl.constexpr = gl.DotOperandLayout(
+            operand_index=0, parent=o_layout, k_width=2
+        )
+        if my_tiles > 0:
+            mbarrier.wait(ready.index(0), 0)
+            s_int, k_scale, v_scale = _tile_qk(
+                q_hi_smem,
+                q_lo_smem,
+                k_smem.index(0).permute([1, 0]),
+                ks_smem.index(0),
+                vs_smem.index(0),
+                s_zero,
+                QUERY_PAIR,
+            )
+            mbarrier.arrive(kfree.index(0))
+            # Tile 0: its P.V stays in flight into the loop (the accumulator
+            # is loop-carried as a pending wgmma result).
+            has_next = 1 < my_tiles
+            mbarrier.wait(ready.index(1 % STAGES), (1 // STAGES) & 1, pred=has_next)
+            s_nxt = warpgroup_mma(
+                q_hi_smem, k_smem.index(1 % STAGES).permute([1, 0]), s_zero,
+                use_acc=False, is_async=True,
+            )
+            P_v, factor, m_i, l_i, v_ref = _softmax_tile(
+                s_int, k_scale, v_scale, tile_lo, m_i, l_i, acc, v_ref,
+                row_qk_scale, t_col, seq_len, q_pos, kv_limit, full_lo, full_hi,
+                TILE_SIZE, P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, True, True,
+            )
+            k_scale = ks_smem.index(1 % STAGES).load(col_s)
+            v_scale = vs_smem.index(1 % STAGES).load(col_s)
+            acc = warpgroup_mma(
+                P_v, vh_smem.index(0).permute([1, 0]), acc, is_async=True
+            )
+            s_int = warpgroup_mma_wait(1, deps=[s_nxt])
+            mbarrier.arrive(kfree.index(1 % STAGES), pred=has_next)
+            P_prev = P_v
+            # (Only its layout is read: the softmax returns the rows' factor.)
+            o_shape = gl.zeros([ROWS, HEAD_SIZE], gl.float32, o_layout)
+            h_prev = 0
+            h = 1
+            i = 1
+            for _ in range(my_tiles - 1):
+                has_next = i + 1 < my_tiles
+                s_n = (i + 1) % STAGES
+                mbarrier.wait(ready.index(s_n), ((i + 1) // STAGES) & 1, pred=has_next)
+                s_nxt = warpgroup_mma(
+                    q_hi_smem, k_smem.index(s_n).permute([1, 0]), s_zero,
+                    use_acc=False, is_async=True,
+                )
+                P_v, factor, m_i, l_i, v_ref = _softmax_tile(
+                    s_int, k_scale, v_scale, tile_lo + i, m_i, l_i, o_shape, v_ref,
+                    row_qk_scale, t_col, seq_len, q_pos, kv_limit, full_lo, full_hi,
+                    TILE_SIZE, P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, True,
+                    True,
+                )
+                # The previous tile's P.V (issued before this tile's Q.K) is
+                # done; its P operand was live until here.
+                acc, P_prev = warpgroup_mma_wait(1, deps=[acc, P_prev])
+                mbarrier.arrive(vhfree.index(h_prev))
+                acc = _rescale_if_moved(acc, factor)
+                k_scale = ks_smem.index(s_n).load(col_s)
+                v_scale = vs_smem.index(s_n).load(col_s)
+                acc = warpgroup_mma(
+                    P_v, vh_smem.index(h).permute([1, 0]), acc, is_async=True
+                )
+                # The next tile's Q.K is done (this tile's P.V may still run).
+                s_int = warpgroup_mma_wait(1, deps=[s_nxt])
+                mbarrier.arrive(kfree.index(s_n), pred=has_next)
+                P_prev = P_v
+                h_prev = h
+                h = gl.where(h == VH_STAGES - 1, 0, h + 1)
+                i += 1
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            mbarrier.arrive(vhfree.index(h_prev))
+
+'''
+    s = s[:start] + loop + s[end:]
+    # Four widened V tiles with 65-128 rows (whatever the launcher passes).
+    s = rep(s, '''    # Each consumer warpgroup holds 64 rows.
+    ROWS: gl.constexpr = 64''', '''    # Each consumer warpgroup holds 64 rows.
+    ROWS: gl.constexpr = 64
+    if not TILE_SPLIT and SLIDING_WINDOW == 0:
+        VHS: gl.constexpr = 4
+    else:
+        VHS: gl.constexpr = VH_STAGES''')
+    return rename_vh(s)
+
+
+def rename_vh(s):
+    # In the kernel body (after its signature), VH_STAGES -> VHS.
+    head, body = s.split("    # Each consumer warpgroup holds 64 rows.\n", 1)
+    body = body.replace("VH_STAGES,", "VHS,").replace("[VH_STAGES,", "[VHS,").replace(
+        "range(VH_STAGES)", "range(VHS)").replace("        VHS: gl.constexpr = VHS\n",
+                                                   "        VHS: gl.constexpr = VH_STAGES\n")
+    return head + "    # Each consumer warpgroup holds 64 rows.\n" + body
+
+
+def deep(s):
+    s = rep(s, '''    # Each consumer warpgroup holds 64 rows.
+    ROWS: gl.constexpr = 64''', '''    # Each consumer warpgroup holds 64 rows.
+    ROWS: gl.constexpr = 64
+    if TILE_SPLIT:
+        STG: gl.constexpr = 6
+        AHD: gl.constexpr = 4
+    else:
+        STG: gl.constexpr = STAGES
+        AHD: gl.constexpr = AHEAD''')
+    head, body = s.split("    # Each consumer warpgroup holds 64 rows.\n", 1)
+    body = body.replace("STAGES,", "STG,").replace("[STAGES,", "[STG,").replace(
+        "range(STAGES)", "range(STG)").replace("AHEAD,", "AHD,")
+    body = body.replace("        STG: gl.constexpr = STG\n", "        STG: gl.constexpr = STAGES\n").replace(
+        "        AHD: gl.constexpr = AHD\n", "        AHD: gl.constexpr = AHEAD\n")
+    # VH_STAGES, was caught by "STAGES," above.
+    body = body.replace("VH_STG,", "VH_STAGES,")
+    return head + "    # Each consumer warpgroup holds 64 rows.\n" + body
+
+
+def fa3p(s):
+    # FlashAttention-3's order (fa3order_variant.py), nothing in flight across
+    # the loop's back edge (ptxas serialises every wgmma otherwise), and the
+    # previous tile's P operand live until its P.V is waited for.
+    s = rep(s, '''    SKIP_UNMOVED: gl.constexpr,
+):''', '''    SKIP_UNMOVED: gl.constexpr,
+    FACTOR_ONLY: gl.constexpr = False,
+):''')
+    s = rep(s, '''        acc = _rescale_if_moved(acc, gl.convert_layout(alpha * v_ratio, row_o))''',
+            '''        if FACTOR_ONLY:
+            acc = gl.convert_layout(alpha * v_ratio, row_o)
+        else:
+            acc = _rescale_if_moved(acc, gl.convert_layout(alpha * v_ratio, row_o))''')
+    start = s.index("        gl.static_assert(VH_STAGES > 2)\n")
+    end = s.index("    rows = my_row0 + gl.arange(0, ROWS, layout=row_o)\n")
+    loop = '''        p_layout: gl.constexpr = gl.DotOperandLayout(
+            operand_index=0, parent=o_layout, k_width=2
+        )
+        if my_tiles > 0:
+            mbarrier.wait(ready.index(0), 0)
+            s_int, k_scale, v_scale = _tile_qk(
+                q_hi_smem,
+                q_lo_smem,
+                k_smem.index(0).permute([1, 0]),
+                ks_smem.index(0),
+                vs_smem.index(0),
+                s_zero,
+                QUERY_PAIR,
+            )
+            mbarrier.arrive(kfree.index(0))
+            P_v, factor, m_i, l_i, v_ref = _softmax_tile(
+                s_int, k_scale, v_scale, tile_lo, m_i, l_i, acc, v_ref,
+                row_qk_scale, t_col, seq_len, q_pos, kv_limit, full_lo, full_hi,
+                TILE_SIZE, P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, True, True,
+            )
+            # (Only its layout is read: the softmax returns the rows' factor.)
+            o_shape = gl.zeros([ROWS, HEAD_SIZE], gl.float32, o_layout)
+            h = 0
+            for i in range(1, my_tiles):
+                s_i = i % STAGES
+                mbarrier.wait(ready.index(s_i), (i // STAGES) & 1)
+                s_int = warpgroup_mma(
+                    q_hi_smem, k_smem.index(s_i).permute([1, 0]), s_zero,
+                    use_acc=False, is_async=True,
+                )
+                acc = warpgroup_mma(
+                    P_v, vh_smem.index(h).permute([1, 0]), acc, is_async=True
+                )
+                k_scale = ks_smem.index(s_i).load(col_s)
+                v_scale = vs_smem.index(s_i).load(col_s)
+                s_int = warpgroup_mma_wait(1, deps=[s_int])
+                mbarrier.arrive(kfree.index(s_i))
+                P_prev = P_v
+                P_v, factor, m_i, l_i, v_ref = _softmax_tile(
+                    s_int, k_scale, v_scale, tile_lo + i, m_i, l_i, o_shape, v_ref,
+                    row_qk_scale, t_col, seq_len, q_pos, kv_limit, full_lo, full_hi,
+                    TILE_SIZE, P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, True,
+                    True,
+                )
+                # The previous tile's P operand stays live until its P.V is
+                # done, so that the softmax does not write its registers.
+                acc, P_prev = warpgroup_mma_wait(0, deps=[acc, P_prev])
+                mbarrier.arrive(vhfree.index(h))
+                acc = _rescale_if_moved(acc, factor)
+                h = gl.where(h == VH_STAGES - 1, 0, h + 1)
+            acc = warpgroup_mma(
+                P_v, vh_smem.index(h).permute([1, 0]), acc, is_async=True
+            )
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            mbarrier.arrive(vhfree.index(h))
+
+'''
+    return s[:start] + loop + s[end:]
+
+
+def fa3pu(s):
+    # fa3p with the full tiles in a loop of their own whose softmax has no
+    # masking code (ptxas if-converts fa3p's masked branch into ~60
+    # predicated instructions that every tile issues), the masked tail tiles
+    # in a second loop.
+    s = fa3p(s)
+    s = rep(s, '''    FACTOR_ONLY: gl.constexpr = False,
+):''', '''    FACTOR_ONLY: gl.constexpr = False,
+    MASKS: gl.constexpr = True,
+):''')
+    s = rep(s, '''    masked = (j >= full_hi) | (j < full_lo)
+    if masked:
+        # Slots''', '''    masked = MASKS and ((j >= full_hi) | (j < full_lo))
+    if masked:
+        # Slots''')
+    start = s.index("            h = 0\n            for i in range(1, my_tiles):\n")
+    end = s.index("            acc = warpgroup_mma(\n                P_v, vh_smem.index(h)", start)
+    body = s[start:end]
+    loop_body = body.split("            for i in range(1, my_tiles):\n", 1)[1]
+    unmasked = loop_body.replace("TILE_SIZE, P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, True,\n                    True,",
+                                 "TILE_SIZE, P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, True,\n                    True, False,")
+    assert unmasked != loop_body
+    new = ("            h = 0\n"
+           "            # Tiles before full_hi need no mask (no window here: full_lo is\n"
+           "            # tile_lo).\n"
+           "            n_full = gl.minimum(gl.maximum(full_hi - tile_lo, 1), my_tiles)\n"
+           "            for i in range(1, n_full):\n" + unmasked +
+           "            for i in range(n_full, my_tiles):\n" + loop_body)
+    return s[:start] + new + s[end:]
+
+
+SPLIT_STEP = """                s = i % STAGES
+                mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+                k_t = k_smem.index(s).permute([1, 0])
+                s_int = warpgroup_mma(
+                    q_hi_smem, k_t, s_zero, use_acc=False, is_async=True
+                )
+                k_scale = ks_smem.index(s).load(col_s)
+                v_scale = vs_smem.index(s).load(col_s)
+                s_int = warpgroup_mma_wait(0, deps=[s_int])
+                s_int = warpgroup_mma(
+                    q_lo_smem, k_t, s_int * 254, use_acc=True, is_async=True
+                )
+                # The previous tile's P.V runs during this tile's softmax.
+                acc = warpgroup_mma(
+                    P_v, vh_smem.index(h).permute([1, 0]), acc, is_async=True
+                )
+                s_int = warpgroup_mma_wait(1, deps=[s_int])
+                mbarrier.arrive(kfree.index(s))
+                P_prev = P_v
+                P_v, factor, m_i, l_i, v_ref = _softmax_tile(
+                    s_int, k_scale, v_scale, tile_lo + i, m_i, l_i, o_shape, v_ref,
+                    row_qk_scale, t_col, seq_len, q_pos, kv_limit, full_lo, full_hi,
+                    TILE_SIZE, P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, True,
+                    True, MASKS_FLAG,
+                )
+                acc, P_prev = warpgroup_mma_wait(0, deps=[acc, P_prev])
+                mbarrier.arrive(vhfree.index(h))
+                acc = _rescale_if_moved(acc, factor)
+                h = i % VH_STAGES
+"""
+
+
+def split_fa3(s):
+    # On top of fa3pu: alternate tiles (up to 64 rows, no window) in
+    # FlashAttention-3's order too: tile i's Q.K pair, then the consumer's
+    # previous tile's P.V during tile i's softmax.  A consumer then holds
+    # the widened V of its previous tile (i - 2) while waiting for tile i,
+    # so the producer needs four widened tiles (with two, both are the
+    # same buffer: a hang).
+    s = rep(s, "    if TILE_SPLIT or SLIDING_WINDOW > 0:\n        for _ in range(my_tiles):\n",
+            "    if TILE_SPLIT and SLIDING_WINDOW == 0:\n" + """        gl.static_assert(VH_STAGES > 3)
+        p_layout: gl.constexpr = gl.DotOperandLayout(
+            operand_index=0, parent=o_layout, k_width=2
+        )
+        if my_tiles > 0:
+            s = i % STAGES
+            mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+            s_int, k_scale, v_scale = _tile_qk(
+                q_hi_smem,
+                q_lo_smem,
+                k_smem.index(s).permute([1, 0]),
+                ks_smem.index(s),
+                vs_smem.index(s),
+                s_zero,
+                QUERY_PAIR,
+            )
+            mbarrier.arrive(kfree.index(s))
+            P_v, factor, m_i, l_i, v_ref = _softmax_tile(
+                s_int, k_scale, v_scale, tile_lo + i, m_i, l_i, acc, v_ref,
+                row_qk_scale, t_col, seq_len, q_pos, kv_limit, full_lo, full_hi,
+                TILE_SIZE, P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, True, True,
+            )
+            # (Only its layout is read: the softmax returns the rows' factor.)
+            o_shape = gl.zeros([ROWS, HEAD_SIZE], gl.float32, o_layout)
+            h = i % VH_STAGES
+            # This consumer's tiles before full_hi need no mask.
+            n_full = gl.minimum(
+                gl.maximum((full_hi - tile_lo - C + 1) // 2, 1), my_tiles
+            )
+            for _ in range(1, n_full):
+                i += 2
+""" + SPLIT_STEP.replace("MASKS_FLAG", "False") + """            for _ in range(n_full, my_tiles):
+                i += 2
+""" + SPLIT_STEP.replace("MASKS_FLAG", "True") + """            acc = warpgroup_mma(
+                P_v, vh_smem.index(h).permute([1, 0]), acc, is_async=True
+            )
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            mbarrier.arrive(vhfree.index(h))
+    elif TILE_SPLIT or SLIDING_WINDOW > 0:
+        for _ in range(my_tiles):
+""")
+    s = rep(s, '''    # Each consumer warpgroup holds 64 rows.
+    ROWS: gl.constexpr = 64''', '''    # Each consumer warpgroup holds 64 rows.
+    ROWS: gl.constexpr = 64
+    if TILE_SPLIT and SLIDING_WINDOW == 0:
+        VHS: gl.constexpr = 4
+    else:
+        VHS: gl.constexpr = VH_STAGES''')
+    return rename_vh(s)
+
+
+variants = {"trim": trim(BASE), "ovl2": ovl2(BASE), "ovl2trim": ovl2(trim(BASE)), "deep": deep(BASE),
+            "fa3p": fa3p(BASE), "fa3ptrim": fa3p(trim(BASE)),
+            "fa3pu": fa3pu(BASE), "fa3putrim": fa3pu(trim(BASE)),
+            "sfa3": split_fa3(fa3pu(BASE)), "sfa3trim": split_fa3(fa3pu(trim(BASE)))}
+for name, text in variants.items():
+    open(os.path.join(out_dir, name + ".py"), "w").write(text)
+    print("wrote", os.path.join(out_dir, name + ".py"))
