@@ -1,0 +1,201 @@
+"""How fast can the verify kernel's producer stream the planar INT8 cache by itself? (issue 20, tenth session)
+
+The ablations (README, top) found that with alternate tiles the producer's copies set the verify kernel's pace
+(consumers reduced to Q.K take the series' time: 2.1 TB/s at 128K, batch 1, on an H100, against FA3's 2.8 there and
+the decode kernel's 2.7-3.0, which runs several small programs per multiprocessor).  This probe runs the series'
+own ``_producer`` (same copies, block-table reads and widening) with a one-warp sink that hands every stage straight
+back, and reports the bandwidth for:
+* programs per multiprocessor: ``PER_SM`` = 1 (the series: one program, all of a multiprocessor's copies in one
+  producer) or 2 and 4 (as many independent producers, each streaming its own segment);
+* ``STAGES`` / ``AHEAD`` (tiles copied ahead of the widening), within each configuration's shared memory;
+* the widening on or off (``nowiden``: ablate_variant.py's form of the module).
+Context 128K and 32K, batch 1 and 8, blocks 16 and 1600, Qwen3.5-27B's 4 KV heads x 256; each configuration
+streams the same bytes (the KV of every (request, KV head), split into PER_SM x 132 / (batch x heads) segments).
+Needs an sm_90 GPU (Gluon).  Usage (repo root, fork installed): python experiments/int8_verify_gluon/copy_probe.py
+Writes $OUT/copy_probe.json and prints a table."""
+import importlib.util
+import json
+import os
+import sys
+import types
+
+import torch
+import triton
+
+sys.path.insert(0, "benchmarks/kernels")
+import benchmark_int8_kv_attention as B  # noqa: E402
+
+SERIES = "vllm/v1/attention/ops/triton_int8_split_kv_wgmma.py"
+
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+PROBE_SRC = '''
+
+@gluon.jit
+def _sink(ready, kfree, vhfree, n_tiles, STAGES: gl.constexpr, VH_STAGES: gl.constexpr):
+    # Hands each tile's stages back as soon as the producer marks it ready.
+    for i in range(n_tiles):
+        mbarrier.wait(ready.index(i % STAGES), (i // STAGES) & 1)
+        mbarrier.arrive(kfree.index(i % STAGES))
+        mbarrier.arrive(vhfree.index(i % VH_STAGES))
+
+
+@gluon.jit
+def copy_probe_kernel(
+    k_cache_ptr,
+    v_cache_ptr,
+    k_scale_ptr,
+    v_scale_ptr,
+    block_table_ptr,
+    seq_lens_ptr,
+    num_segments,
+    block_table_stride: gl.int64,
+    stride_page: gl.int64,
+    stride_head: gl.int64,
+    stride_scale_page: gl.int64,
+    stride_scale_head: gl.int64,
+    HEAD_SIZE: gl.constexpr,
+    BLOCK_SIZE: gl.constexpr,
+    TILE_SIZE: gl.constexpr,
+    STAGES: gl.constexpr,
+    VH_STAGES: gl.constexpr,
+    AHEAD: gl.constexpr,
+):
+    kv_head_idx = gl.program_id(0)
+    seq_idx = gl.program_id(1)
+    segm_idx = gl.program_id(2)
+    seq_len = gl.load(seq_lens_ptr + seq_idx)
+    num_tiles = gl.cdiv(seq_len, TILE_SIZE)
+    tiles_per_segment = gl.cdiv(num_tiles, num_segments)
+    tile_lo = segm_idx * tiles_per_segment
+    tile_hi = gl.minimum(tile_lo + tiles_per_segment, num_tiles)
+    n_tiles = gl.maximum(tile_hi - tile_lo, 0)
+    k_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TILE_SIZE, HEAD_SIZE], gl.int8)
+    v_shared: gl.constexpr = gl.SwizzledSharedLayout(16, 1, 1, [1, 0])
+    vh_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HEAD_SIZE, TILE_SIZE], gl.float16)
+    s_shared: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
+    k_smem = gl.allocate_shared_memory(gl.int8, [STAGES, TILE_SIZE, HEAD_SIZE], k_shared)
+    v_smem = gl.allocate_shared_memory(gl.int8, [STAGES, HEAD_SIZE, TILE_SIZE], v_shared)
+    ks_smem = gl.allocate_shared_memory(gl.float32, [STAGES, TILE_SIZE], s_shared)
+    vs_smem = gl.allocate_shared_memory(gl.float32, [STAGES, TILE_SIZE], s_shared)
+    vh_smem = gl.allocate_shared_memory(gl.float16, [VH_STAGES, HEAD_SIZE, TILE_SIZE], vh_shared)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    kfree = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    vhfree = gl.allocate_shared_memory(gl.int64, [VH_STAGES, 1], bar_layout)
+    for s in gl.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(kfree.index(s), count=1)
+    for h in gl.static_range(VH_STAGES):
+        mbarrier.init(vhfree.index(h), count=1)
+    block_table_row = block_table_ptr + seq_idx.to(gl.int64) * block_table_stride
+    gl.warp_specialize(
+        [
+            (
+                _producer,
+                (
+                    k_smem,
+                    v_smem,
+                    ks_smem,
+                    vs_smem,
+                    vh_smem,
+                    ready,
+                    kfree,
+                    vhfree,
+                    block_table_row,
+                    k_cache_ptr + kv_head_idx * stride_head,
+                    v_cache_ptr + kv_head_idx * stride_head,
+                    k_scale_ptr + kv_head_idx * stride_scale_head,
+                    v_scale_ptr + kv_head_idx * stride_scale_head,
+                    seq_len,
+                    tile_lo,
+                    n_tiles,
+                    stride_page,
+                    stride_scale_page,
+                    HEAD_SIZE,
+                    TILE_SIZE,
+                    BLOCK_SIZE,
+                    STAGES,
+                    VH_STAGES,
+                    AHEAD,
+                ),
+            ),
+            (_sink, (ready, kfree, vhfree, n_tiles, STAGES, VH_STAGES)),
+        ],
+        [1],
+        [24],
+    )
+'''
+
+
+def make_kernel(path, name):
+    """The probe kernel next to the ``_producer`` of the module at ``path`` (one generated module per form)."""
+    text = open(path).read() + PROBE_SRC
+    gen = f"/tmp/copy_probe_{name}.py"
+    open(gen, "w").write(text)
+    return load(gen, "copy_probe_" + name).copy_probe_kernel
+
+
+def main():
+    out_dir = os.environ.get("OUT", "/tmp")
+    forms = {"series": SERIES}
+    if os.path.exists("/tmp/ab/nowiden.py"):  # ablate_variant.py's output
+        forms["nowiden"] = "/tmp/ab/nowiden.py"
+    kernels = {name: make_kernel(path, name) for name, path in forms.items()}
+    args = types.SimpleNamespace(num_q_heads=24, num_kv_heads=4, head_size=256, copy_bytes=400 * 2**20,
+                                 with_unified=False, no_errors=True)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    res = []
+    cases = [(1, 131072, 16), (8, 131072, 16), (1, 32768, 16), (8, 32768, 16), (1, 131072, 1600)]
+    # (programs per SM, STAGES, AHEAD, widened V tiles): shared memory per program 98 / 131 / 82 / 65 / 49 KB.
+    configs = [(1, 4, 2, 2), (1, 6, 4, 2), (2, 3, 2, 2), (3, 2, 1, 2), (4, 2, 1, 1)]
+    for batch, ctx, bs in cases:
+        case = B.Case(args, batch, ctx, 1, bs)
+        impls = B.make_impls(case, args)
+        fa = [k for k in impls if k.startswith("fa")][0]
+        row = dict(batch=batch, ctx=ctx, block=bs, int8_bytes=case.int8_bytes,
+                   fa3_us=round(B.time_graph(impls[fa][0], case.copies_bf16), 1),
+                   decode_us=round(B.time_graph(impls["int8_split_kv"][0], case.copies), 1))
+        for name, kernel in kernels.items():
+            for per_sm, stages, ahead, vh in configs:
+                segments = max(1, per_sm * sms // (batch * 4))
+
+                def run(i, kernel=kernel, stages=stages, ahead=ahead, vh=vh, segments=segments):
+                    kc, vc, ks, vs = case.int8[i]
+                    cs, ss = kc.stride(), ks.stride()
+                    kernel[(4, batch, segments)](
+                        kc, vc, ks, vs, case.block_table, case.seq_lens, segments,
+                        case.block_table.stride()[0], cs[0], cs[2], ss[0], ss[2],
+                        HEAD_SIZE=256, BLOCK_SIZE=bs, TILE_SIZE=32, STAGES=stages, VH_STAGES=vh, AHEAD=ahead,
+                        num_warps=4, maxnreg=96,  # up to 4 programs per SM (5 warps each)
+                    )
+
+                key = f"{name}_p{per_sm}_s{stages}a{ahead}"
+                try:
+                    us = B.time_graph(run, case.copies)
+                    row[key] = round(us, 1)
+                    row[key + "_tbps"] = round(case.int8_bytes / us / 1e6, 3)
+                except Exception as e:  # a configuration that does not fit: say so, go on
+                    row[key] = f"{type(e).__name__}: {str(e)[:120]}"
+                print(key, row[key], flush=True)
+        row["fa3_bf16_tbps"] = round(case.bf16_bytes / row["fa3_us"] / 1e6, 3)
+        row["decode_tbps"] = round(case.int8_bytes / row["decode_us"] / 1e6, 3)
+        res.append(row)
+        print(json.dumps(row), flush=True)
+        json.dump(res, open(os.path.join(out_dir, "copy_probe.json"), "w"), indent=1)
+        del case, impls
+        torch.cuda.empty_cache()
+    print("\nTB/s of the INT8 cache (FA3: of its BF16 cache)")
+    for r in res:
+        cols = " ".join(f"{k[:-5]} {v}" for k, v in r.items() if k.endswith("_tbps") and not isinstance(v, str))
+        print(f"b{r['batch']} {r['ctx'] // 1024}K bs{r['block']}: {cols}")
+
+
+if __name__ == "__main__":
+    main()
