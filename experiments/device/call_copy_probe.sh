@@ -3,7 +3,7 @@
 # planar INT8 cache by itself (copy_probe.py): 1 to 4 producers per
 # multiprocessor, ring depths, with and without the widening, beside FA3 and
 # the decode kernel on the same caches.  Compiled offline (sm_90, no spills
-# at 96 registers).  Carry [".carry/vllm026", "dist/patches"].
+# at 64-96 registers).  Carry [".carry/vllm026", "dist/patches"].
 # Results: $OUT/copy_probe.json, $OUT/copy_probe.txt.
 cd "$(dirname "$0")/../.."
 source .carry/vllm026/install.sh >/dev/null

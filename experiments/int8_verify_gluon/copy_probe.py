@@ -8,6 +8,7 @@ back, and reports the bandwidth for:
 * programs per multiprocessor: ``PER_SM`` = 1 (the series: one program, all of a multiprocessor's copies in one
   producer) or 2 and 4 (as many independent producers, each streaming its own segment);
 * ``STAGES`` / ``AHEAD`` (tiles copied ahead of the widening), within each configuration's shared memory;
+* the producer's warps: 4 (the series) or 1-2;
 * the widening on or off (``nowiden``: ablate_variant.py's form of the module).
 Context 128K and 32K, batch 1 and 8, blocks 16 and 1600, Qwen3.5-27B's 4 KV heads x 256; each configuration
 streams the same bytes (the KV of every (request, KV head), split into PER_SM x 132 / (batch x heads) segments).
@@ -66,6 +67,8 @@ def copy_probe_kernel(
     STAGES: gl.constexpr,
     VH_STAGES: gl.constexpr,
     AHEAD: gl.constexpr,
+    PRODUCER_WARPS: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr,
 ):
     kv_head_idx = gl.program_id(0)
     seq_idx = gl.program_id(1)
@@ -95,8 +98,11 @@ def copy_probe_kernel(
     for h in gl.static_range(VH_STAGES):
         mbarrier.init(vhfree.index(h), count=1)
     block_table_row = block_table_ptr + seq_idx.to(gl.int64) * block_table_stride
+    # The sink is the default partition (4 warps: a warp-specialised kernel's default needs a multiple of 4), the
+    # producer a worker of PRODUCER_WARPS warps.
     gl.warp_specialize(
         [
+            (_sink, (ready, kfree, vhfree, n_tiles, STAGES, VH_STAGES)),
             (
                 _producer,
                 (
@@ -126,10 +132,9 @@ def copy_probe_kernel(
                     AHEAD,
                 ),
             ),
-            (_sink, (ready, kfree, vhfree, n_tiles, STAGES, VH_STAGES)),
         ],
-        [1],
-        [24],
+        [PRODUCER_WARPS],
+        [PRODUCER_REGS],
     )
 '''
 
@@ -153,8 +158,11 @@ def main():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     res = []
     cases = [(1, 131072, 16), (8, 131072, 16), (1, 32768, 16), (8, 32768, 16), (1, 131072, 1600)]
-    # (programs per SM, STAGES, AHEAD, widened V tiles): shared memory per program 98 / 131 / 82 / 65 / 49 KB.
-    configs = [(1, 4, 2, 2), (1, 6, 4, 2), (2, 3, 2, 2), (3, 2, 1, 2), (4, 2, 1, 1)]
+    # (programs per SM, STAGES, AHEAD, widened V tiles, producer warps): shared memory per program 98 / 131 / 82 /
+    # 65 / 49 KB.  Producers of 1-2 warps: would a consumer warpgroup plus a small producer (5-6 warps, which may
+    # launch with 160-200 registers a thread at two programs per multiprocessor) stream as fast?
+    configs = [(1, 4, 2, 2, 4), (1, 6, 4, 2, 4), (2, 3, 2, 2, 4), (3, 2, 1, 2, 4), (4, 2, 1, 1, 4),
+               (2, 3, 2, 2, 1), (2, 3, 2, 2, 2), (4, 2, 1, 1, 2)]
     for batch, ctx, bs in cases:
         case = B.Case(args, batch, ctx, 1, bs)
         impls = B.make_impls(case, args)
@@ -163,20 +171,22 @@ def main():
                    fa3_us=round(B.time_graph(impls[fa][0], case.copies_bf16), 1),
                    decode_us=round(B.time_graph(impls["int8_split_kv"][0], case.copies), 1))
         for name, kernel in kernels.items():
-            for per_sm, stages, ahead, vh in configs:
+            for per_sm, stages, ahead, vh, warps in configs:
                 segments = max(1, per_sm * sms // (batch * 4))
+                # 64 registers let 4 programs of 8 warps share a multiprocessor; a 1-warp producer spills there.
+                regs = 64 if per_sm > 2 else 96
 
-                def run(i, kernel=kernel, stages=stages, ahead=ahead, vh=vh, segments=segments):
+                def run(i, kernel=kernel, stages=stages, ahead=ahead, vh=vh, warps=warps, regs=regs, segments=segments):
                     kc, vc, ks, vs = case.int8[i]
                     cs, ss = kc.stride(), ks.stride()
                     kernel[(4, batch, segments)](
                         kc, vc, ks, vs, case.block_table, case.seq_lens, segments,
                         case.block_table.stride()[0], cs[0], cs[2], ss[0], ss[2],
                         HEAD_SIZE=256, BLOCK_SIZE=bs, TILE_SIZE=32, STAGES=stages, VH_STAGES=vh, AHEAD=ahead,
-                        num_warps=4, maxnreg=96,  # up to 4 programs per SM (5 warps each)
+                        PRODUCER_WARPS=warps, PRODUCER_REGS=regs, num_warps=4, maxnreg=regs,
                     )
 
-                key = f"{name}_p{per_sm}_s{stages}a{ahead}"
+                key = f"{name}_p{per_sm}_s{stages}a{ahead}_w{warps}"
                 try:
                     us = B.time_graph(run, case.copies)
                     row[key] = round(us, 1)
