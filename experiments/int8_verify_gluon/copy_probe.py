@@ -21,7 +21,6 @@ import sys
 import types
 
 import torch
-import triton
 
 sys.path.insert(0, "benchmarks/kernels")
 import benchmark_int8_kv_attention as B  # noqa: E402
@@ -176,7 +175,8 @@ def main():
                 # 64 registers let 4 programs of 8 warps share a multiprocessor; a 1-warp producer spills there.
                 regs = 64 if per_sm > 2 else 96
 
-                def run(i, kernel=kernel, stages=stages, ahead=ahead, vh=vh, warps=warps, regs=regs, segments=segments):
+                def run(i, kernel=kernel, stages=stages, ahead=ahead, vh=vh, warps=warps, regs=regs, segments=segments,
+                        case=case, batch=batch, bs=bs):
                     kc, vc, ks, vs = case.int8[i]
                     cs, ss = kc.stride(), ks.stride()
                     kernel[(4, batch, segments)](
