@@ -9,7 +9,9 @@ back, and reports the bandwidth for:
   producer) or 2 and 4 (as many independent producers, each streaming its own segment);
 * ``STAGES`` / ``AHEAD`` (tiles copied ahead of the widening), within each configuration's shared memory;
 * the producer's warps: 4 (the series) or 1-2;
-* the widening on or off (``nowiden``: ablate_variant.py's form of the module).
+* the widening on or off (``nowiden``: ablate_variant.py's form of the module);
+* ws_verify.py's producer with its cp.async copies and with K / V^T by TMA (one thread, 16-token boxes; the scales
+  by cp.async), at 1 and 2 programs per multiprocessor.
 Context 128K and 32K, batch 1 and 8, blocks 16 and 1600, Qwen3.5-27B's 4 KV heads x 256; each configuration
 streams the same bytes (the KV of every (request, KV head), split into PER_SM x 132 / (batch x heads) segments).
 Needs an sm_90 GPU (Gluon).  Usage (repo root, fork installed): python experiments/int8_verify_gluon/copy_probe.py
@@ -146,12 +148,119 @@ def make_kernel(path, name):
     return load(gen, "copy_probe_" + name).copy_probe_kernel
 
 
+PROBE_WS_SRC = '''
+
+@gluon.jit
+def _sink(ready, kfree, vhfree, n_tiles, STAGES: gl.constexpr, VH_STAGES: gl.constexpr):
+    for i in range(n_tiles):
+        mbarrier.wait(ready.index(i % STAGES), (i // STAGES) & 1)
+        mbarrier.arrive(kfree.index(i % STAGES))
+        mbarrier.arrive(vhfree.index(i % VH_STAGES))
+
+
+@gluon.jit
+def copy_probe_ws_kernel(
+    k_cache_ptr,
+    v_cache_ptr,
+    k_scale_ptr,
+    v_scale_ptr,
+    block_table_ptr,
+    seq_lens_ptr,
+    num_segments,
+    block_table_stride: gl.int64,
+    stride_page: gl.int64,
+    stride_head: gl.int64,
+    stride_scale_page: gl.int64,
+    stride_scale_head: gl.int64,
+    k_desc,
+    v_desc,
+    HEAD_SIZE: gl.constexpr,
+    BLOCK_SIZE: gl.constexpr,
+    TILE_SIZE: gl.constexpr,
+    STAGES: gl.constexpr,
+    VH_STAGES: gl.constexpr,
+    AHEAD: gl.constexpr,
+    USE_TMA: gl.constexpr,
+    PRODUCER_WARPS: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr,
+):
+    kv_head_idx = gl.program_id(0)
+    seq_idx = gl.program_id(1)
+    segm_idx = gl.program_id(2)
+    seq_len = gl.load(seq_lens_ptr + seq_idx)
+    num_tiles = gl.cdiv(seq_len, TILE_SIZE)
+    tiles_per_segment = gl.cdiv(num_tiles, num_segments)
+    tile_lo = segm_idx * tiles_per_segment
+    tile_hi = gl.minimum(tile_lo + tiles_per_segment, num_tiles)
+    n_tiles = gl.maximum(tile_hi - tile_lo, 0)
+    k_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TILE_SIZE, HEAD_SIZE], gl.int8)
+    v_shared: gl.constexpr = gl.SwizzledSharedLayout(16, 1, 1, [1, 0])
+    vh_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HEAD_SIZE, TILE_SIZE], gl.float16)
+    s_shared: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    k_smem = gl.allocate_shared_memory(gl.int8, [STAGES, TILE_SIZE, HEAD_SIZE], k_shared)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    if USE_TMA:
+        RUN_COUNT: gl.constexpr = TILE_SIZE // 16
+        v_smem = gl.allocate_shared_memory(gl.int8, [STAGES * RUN_COUNT, 1, 1, HEAD_SIZE, 16], v_desc.layout)
+        v_read = v_smem._reinterpret(
+            gl.int8, [STAGES * RUN_COUNT, HEAD_SIZE, 16], gl.NVMMASharedLayout.get_default_for([HEAD_SIZE, 16], gl.int8)
+        )
+        tbar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for s in gl.static_range(STAGES):
+            mbarrier.init(tbar.index(s), count=1)
+    else:
+        v_smem = gl.allocate_shared_memory(gl.int8, [STAGES, HEAD_SIZE, TILE_SIZE], v_shared)
+        v_read = v_smem
+        tbar = ready
+    ks_smem = gl.allocate_shared_memory(gl.float32, [STAGES, TILE_SIZE], s_shared)
+    vs_smem = gl.allocate_shared_memory(gl.float32, [STAGES, TILE_SIZE], s_shared)
+    vh_smem = gl.allocate_shared_memory(gl.float16, [VH_STAGES, HEAD_SIZE, TILE_SIZE], vh_shared)
+    kfree = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    vhfree = gl.allocate_shared_memory(gl.int64, [VH_STAGES, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(kfree.index(s), count=1)
+    for h in gl.static_range(VH_STAGES):
+        mbarrier.init(vhfree.index(h), count=1)
+    block_table_row = block_table_ptr + seq_idx.to(gl.int64) * block_table_stride
+    gl.warp_specialize(
+        [
+            (_sink, (ready, kfree, vhfree, n_tiles, STAGES, VH_STAGES)),
+            (
+                _producer,
+                (
+                    k_smem, v_smem, v_read, ks_smem, vs_smem, vh_smem, tbar, ready, kfree, vhfree,
+                    block_table_row,
+                    k_cache_ptr + kv_head_idx * stride_head,
+                    v_cache_ptr + kv_head_idx * stride_head,
+                    k_scale_ptr + kv_head_idx * stride_scale_head,
+                    v_scale_ptr + kv_head_idx * stride_scale_head,
+                    k_desc, v_desc, kv_head_idx, seq_len, tile_lo, n_tiles, stride_page, stride_scale_page,
+                    HEAD_SIZE, TILE_SIZE, BLOCK_SIZE, STAGES, VH_STAGES, AHEAD, USE_TMA, ready, False,
+                ),
+            ),
+        ],
+        [PRODUCER_WARPS],
+        [PRODUCER_REGS],
+    )
+'''
+
+
+def make_ws_kernel():
+    """The probe around ws_verify.py's producer (its cp.async or TMA form), generated next to it."""
+    text = open("experiments/int8_verify_gluon/ws_verify.py").read() + PROBE_WS_SRC
+    gen = "/tmp/copy_probe_ws.py"
+    open(gen, "w").write(text)
+    return load(gen, "copy_probe_ws")
+
+
 def main():
     out_dir = os.environ.get("OUT", "/tmp")
     forms = {"series": SERIES}
     if os.path.exists("/tmp/ab/nowiden.py"):  # ablate_variant.py's output
         forms["nowiden"] = "/tmp/ab/nowiden.py"
     kernels = {name: make_kernel(path, name) for name, path in forms.items()}
+    ws_mod = make_ws_kernel()
     args = types.SimpleNamespace(num_q_heads=24, num_kv_heads=4, head_size=256, copy_bytes=400 * 2**20,
                                  with_unified=False, no_errors=True)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -192,6 +301,31 @@ def main():
                     row[key] = round(us, 1)
                     row[key + "_tbps"] = round(case.int8_bytes / us / 1e6, 3)
                 except Exception as e:  # a configuration that does not fit: say so, go on
+                    row[key] = f"{type(e).__name__}: {str(e)[:120]}"
+                print(key, row[key], flush=True)
+        # ws_verify.py's producer: the same cp.async form, and K / V^T by TMA (one thread, 16-token boxes).
+        for use_tma in (False, True):
+            for per_sm, stages, ahead, vh, warps in [(1, 4, 2, 2, 4), (1, 6, 4, 2, 4), (2, 3, 2, 2, 4)]:
+                segments = max(1, per_sm * sms // (batch * 4))
+
+                def run_ws(i, stages=stages, ahead=ahead, vh=vh, warps=warps, segments=segments, use_tma=use_tma,
+                           case=case, batch=batch, bs=bs):
+                    kc, vc, ks, vs = case.int8[i]
+                    cs, ss = kc.stride(), ks.stride()
+                    descs = ws_mod._tma_descriptors(kc, vc, 256, use_tma)
+                    ws_mod.copy_probe_ws_kernel[(4, batch, segments)](
+                        kc, vc, ks, vs, case.block_table, case.seq_lens, segments,
+                        case.block_table.stride()[0], cs[0], cs[2], ss[0], ss[2], descs["k_desc"], descs["v_desc"],
+                        HEAD_SIZE=256, BLOCK_SIZE=bs, TILE_SIZE=32, STAGES=stages, VH_STAGES=vh, AHEAD=ahead,
+                        USE_TMA=use_tma, PRODUCER_WARPS=warps, PRODUCER_REGS=96, num_warps=4, maxnreg=96,
+                    )
+
+                key = f"ws_{'tma' if use_tma else 'cp'}_p{per_sm}_s{stages}a{ahead}_w{warps}"
+                try:
+                    us = B.time_graph(run_ws, case.copies)
+                    row[key] = round(us, 1)
+                    row[key + "_tbps"] = round(case.int8_bytes / us / 1e6, 3)
+                except Exception as e:
                     row[key] = f"{type(e).__name__}: {str(e)[:120]}"
                 print(key, row[key], flush=True)
         row["fa3_bf16_tbps"] = round(case.bf16_bytes / row["fa3_us"] / 1e6, 3)
