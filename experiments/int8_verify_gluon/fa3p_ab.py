@@ -4,7 +4,7 @@ Checks every kernel against attention on the dequantised cache (ragged contexts,
 1600, alternate-tile and 128-row modes), then times, per cell, FA3 once and the kernels that differ there twice
 each (CUDA graphs, as the benchmark): "old" (the series' file, copied beside this one as _wgmma_head.py) and "new"
 (the installed series) are the same kernel, so their spread is the noise.
-Env: NO_CHECK=1 (time without checking), PER_SM2 (see below), VARIANTS="name=path,..." (the kernels), MODE=split|rows|all (which cells), OUT (results dir).
+Env: NO_CHECK=1 (time without checking), VARIANTS="name=path,..." (the kernels), MODE=split|rows|all (which cells), OUT (results dir).
 Writes $OUT/fa3p_ab_<MODE>.json and prints a table last."""
 import importlib.util
 import json
@@ -33,7 +33,7 @@ for item in filter(None, os.environ.get("VARIANTS", "").split(",")):
     name, path = item.split("=")
     KERNELS[name] = load(name, path)
 # Which kernels differ from the series in which mode (the rest is the series' code there).
-SPLIT_ONLY = {"deep", "sfa3", "sfa3trim", "solo2"}
+SPLIT_ONLY = {"deep", "sfa3", "sfa3trim"}
 ROWS_ONLY = {"fa3pu", "fa3putrim"}
 args = types.SimpleNamespace(num_q_heads=24, num_kv_heads=4, head_size=256, copy_bytes=400 * 2**20,
                              with_unified=False, no_errors=False)
@@ -41,26 +41,8 @@ MODE = os.environ.get("MODE", "all")
 OUT = os.environ.get("OUT", "/tmp")
 
 
-class Fixed:
-    """A Gluon kernel launched with some launch arguments fixed (over the launcher's)."""
-
-    def __init__(self, kernel, **fixed):
-        self.kernel, self.fixed = kernel, fixed
-
-    def __getitem__(self, grid):
-        return lambda *a, **kw: self.kernel[grid](*a, **{**kw, **self.fixed})
-
-
-# PER_SM2="name,...": kernels with two programs per multiprocessor (solo2_variant.py): the launcher plans twice the
-# programs, and they launch with two int8 stages (2 x 97 KB of shared memory).
-PER_SM2 = set(filter(None, os.environ.get("PER_SM2", "").split(",")))
-for name in PER_SM2:
-    KERNELS[name] = Fixed(KERNELS[name], STAGES=2, AHEAD=1)
-
-
 def use(name):
     M.kernel_int8_split_kv_verify_wgmma = KERNELS[name]
-    M.WGMMA_PROGRAMS_PER_SM = 2 if name in PER_SM2 else 1
 
 
 def kernels_for(qlen):
