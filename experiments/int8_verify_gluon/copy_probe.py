@@ -267,8 +267,8 @@ def main():
     res = []
     cases = [(1, 131072, 16), (8, 131072, 16), (1, 32768, 16), (8, 32768, 16), (1, 131072, 1600)]
     # (programs per SM, STAGES, AHEAD, widened V tiles, producer warps): shared memory per program 98 / 131 / 82 /
-    # 65 / 49 KB.  Producers of 1-2 warps: would a consumer warpgroup plus a small producer (5-6 warps, which may
-    # launch with 160-200 registers a thread at two programs per multiprocessor) stream as fast?
+    # 65 / 49 KB.  Producers of 1-2 warps: how much of the copy rate needs four warps (Triton pads the program to 8
+    # warps either way, the sink's 4 included).
     configs = [(1, 4, 2, 2, 4), (1, 6, 4, 2, 4), (2, 3, 2, 2, 4), (3, 2, 1, 2, 4), (4, 2, 1, 1, 4),
                (2, 3, 2, 2, 1), (2, 3, 2, 2, 2), (4, 2, 1, 1, 2)]
     for batch, ctx, bs in cases:
