@@ -99,18 +99,11 @@ print("wrote", os.path.join(out_dir, "btring.py"))
 # c, c + 2, ... all widen into buffer c, so the producer cannot widen a consumer's next tile before that consumer's
 # P.V of its current one is done (7% of the producer's stall samples wait for that buffer at 128K, 6 tokens).
 sys.path.insert(0, os.path.dirname(__file__))
-from ovl2_variant import rename_vh  # noqa: E402
+from ovl2_variant import four_widened_tiles  # noqa: E402
 
 
 def vh4(text):
-    old = '''    # Each consumer warpgroup holds 64 rows.
-    ROWS: gl.constexpr = 64'''
-    assert text.count(old) == 1
-    return rename_vh(text.replace(old, old + '''
-    if TILE_SPLIT and SLIDING_WINDOW == 0:
-        VHS: gl.constexpr = 4
-    else:
-        VHS: gl.constexpr = VH_STAGES'''))
+    return four_widened_tiles(text, "TILE_SPLIT and SLIDING_WINDOW == 0")
 
 
 open(os.path.join(out_dir, "btvh4.py"), "w").write(vh4(s))

@@ -3,8 +3,8 @@
 The ablations (README, top) found that with alternate tiles the producer's copies set the verify kernel's pace
 (consumers reduced to Q.K take the series' time: 2.1 TB/s at 128K, batch 1, on an H100, against FA3's 2.8 there and
 the decode kernel's 2.7-3.0, which runs several small programs per multiprocessor).  This probe runs the series'
-own ``_producer`` (same copies, block-table reads and widening) with a one-warp sink that hands every stage straight
-back, and reports the bandwidth for:
+own ``_producer`` (same copies, block-table reads and widening) with a sink (the default partition) that hands every
+stage straight back, and reports the bandwidth for:
 * programs per multiprocessor: ``PER_SM`` = 1 (the series: one program, all of a multiprocessor's copies in one
   producer) or 2 and 4 (as many independent producers, each streaming its own segment);
 * ``STAGES`` / ``AHEAD`` (tiles copied ahead of the widening), within each configuration's shared memory;
@@ -37,7 +37,8 @@ def load(path, name):
     return mod
 
 
-PROBE_SRC = '''
+# The sink and the segment bounds both probe kernels use (appended to each generated module).
+COMMON_SRC = '''
 
 @gluon.jit
 def _sink(ready, kfree, vhfree, n_tiles, STAGES: gl.constexpr, VH_STAGES: gl.constexpr):
@@ -46,6 +47,21 @@ def _sink(ready, kfree, vhfree, n_tiles, STAGES: gl.constexpr, VH_STAGES: gl.con
         mbarrier.wait(ready.index(i % STAGES), (i // STAGES) & 1)
         mbarrier.arrive(kfree.index(i % STAGES))
         mbarrier.arrive(vhfree.index(i % VH_STAGES))
+
+
+@gluon.jit
+def _segment(seq_lens_ptr, seq_idx, num_segments, TILE_SIZE: gl.constexpr):
+    # (seq_len, first tile, tiles) of this program's segment.
+    seq_len = gl.load(seq_lens_ptr + seq_idx)
+    num_tiles = gl.cdiv(seq_len, TILE_SIZE)
+    tiles_per_segment = gl.cdiv(num_tiles, num_segments)
+    tile_lo = gl.program_id(2) * tiles_per_segment
+    tile_hi = gl.minimum(tile_lo + tiles_per_segment, num_tiles)
+    return seq_len, tile_lo, gl.maximum(tile_hi - tile_lo, 0)
+'''
+
+
+PROBE_SRC = '''
 
 
 @gluon.jit
@@ -73,13 +89,7 @@ def copy_probe_kernel(
 ):
     kv_head_idx = gl.program_id(0)
     seq_idx = gl.program_id(1)
-    segm_idx = gl.program_id(2)
-    seq_len = gl.load(seq_lens_ptr + seq_idx)
-    num_tiles = gl.cdiv(seq_len, TILE_SIZE)
-    tiles_per_segment = gl.cdiv(num_tiles, num_segments)
-    tile_lo = segm_idx * tiles_per_segment
-    tile_hi = gl.minimum(tile_lo + tiles_per_segment, num_tiles)
-    n_tiles = gl.maximum(tile_hi - tile_lo, 0)
+    seq_len, tile_lo, n_tiles = _segment(seq_lens_ptr, seq_idx, num_segments, TILE_SIZE)
     k_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TILE_SIZE, HEAD_SIZE], gl.int8)
     v_shared: gl.constexpr = gl.SwizzledSharedLayout(16, 1, 1, [1, 0])
     vh_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HEAD_SIZE, TILE_SIZE], gl.float16)
@@ -142,20 +152,13 @@ def copy_probe_kernel(
 
 def make_kernel(path, name):
     """The probe kernel next to the ``_producer`` of the module at ``path`` (one generated module per form)."""
-    text = open(path).read() + PROBE_SRC
+    text = open(path).read() + COMMON_SRC + PROBE_SRC
     gen = f"/tmp/copy_probe_{name}.py"
     open(gen, "w").write(text)
     return load(gen, "copy_probe_" + name).copy_probe_kernel
 
 
 PROBE_WS_SRC = '''
-
-@gluon.jit
-def _sink(ready, kfree, vhfree, n_tiles, STAGES: gl.constexpr, VH_STAGES: gl.constexpr):
-    for i in range(n_tiles):
-        mbarrier.wait(ready.index(i % STAGES), (i // STAGES) & 1)
-        mbarrier.arrive(kfree.index(i % STAGES))
-        mbarrier.arrive(vhfree.index(i % VH_STAGES))
 
 
 @gluon.jit
@@ -186,13 +189,7 @@ def copy_probe_ws_kernel(
 ):
     kv_head_idx = gl.program_id(0)
     seq_idx = gl.program_id(1)
-    segm_idx = gl.program_id(2)
-    seq_len = gl.load(seq_lens_ptr + seq_idx)
-    num_tiles = gl.cdiv(seq_len, TILE_SIZE)
-    tiles_per_segment = gl.cdiv(num_tiles, num_segments)
-    tile_lo = segm_idx * tiles_per_segment
-    tile_hi = gl.minimum(tile_lo + tiles_per_segment, num_tiles)
-    n_tiles = gl.maximum(tile_hi - tile_lo, 0)
+    seq_len, tile_lo, n_tiles = _segment(seq_lens_ptr, seq_idx, num_segments, TILE_SIZE)
     k_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TILE_SIZE, HEAD_SIZE], gl.int8)
     v_shared: gl.constexpr = gl.SwizzledSharedLayout(16, 1, 1, [1, 0])
     vh_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HEAD_SIZE, TILE_SIZE], gl.float16)
@@ -248,10 +245,21 @@ def copy_probe_ws_kernel(
 
 def make_ws_kernel():
     """The probe around ws_verify.py's producer (its cp.async or TMA form), generated next to it."""
-    text = open("experiments/int8_verify_gluon/ws_verify.py").read() + PROBE_WS_SRC
+    text = open("experiments/int8_verify_gluon/ws_verify.py").read() + COMMON_SRC + PROBE_WS_SRC
     gen = "/tmp/copy_probe_ws.py"
     open(gen, "w").write(text)
     return load(gen, "copy_probe_ws")
+
+
+def time_into(row, key, fn, case):
+    """us per call and TB/s of the INT8 cache into ``row``; a configuration that does not fit says so."""
+    try:
+        us = B.time_graph(fn, case.copies)
+        row[key] = round(us, 1)
+        row[key + "_tbps"] = round(case.int8_bytes / us / 1e6, 3)
+    except Exception as e:
+        row[key] = f"{type(e).__name__}: {str(e)[:120]}"
+    print(key, row[key], flush=True)
 
 
 def main():
@@ -295,39 +303,25 @@ def main():
                         PRODUCER_WARPS=warps, PRODUCER_REGS=regs, num_warps=4, maxnreg=regs,
                     )
 
-                key = f"{name}_p{per_sm}_s{stages}a{ahead}_w{warps}"
-                try:
-                    us = B.time_graph(run, case.copies)
-                    row[key] = round(us, 1)
-                    row[key + "_tbps"] = round(case.int8_bytes / us / 1e6, 3)
-                except Exception as e:  # a configuration that does not fit: say so, go on
-                    row[key] = f"{type(e).__name__}: {str(e)[:120]}"
-                print(key, row[key], flush=True)
+                time_into(row, f"{name}_p{per_sm}_s{stages}a{ahead}_w{warps}", run, case)
         # ws_verify.py's producer: the same cp.async form, and K / V^T by TMA (one thread, 16-token boxes).
         for use_tma in (False, True):
+            descs = [ws_mod._tma_descriptors(kc, vc, 256, use_tma) for kc, vc, _, _ in case.int8]
             for per_sm, stages, ahead, vh, warps in [(1, 4, 2, 2, 4), (1, 6, 4, 2, 4), (2, 3, 2, 2, 4)]:
                 segments = max(1, per_sm * sms // (batch * 4))
 
                 def run_ws(i, stages=stages, ahead=ahead, vh=vh, warps=warps, segments=segments, use_tma=use_tma,
-                           case=case, batch=batch, bs=bs):
+                           case=case, batch=batch, bs=bs, descs=descs):
                     kc, vc, ks, vs = case.int8[i]
                     cs, ss = kc.stride(), ks.stride()
-                    descs = ws_mod._tma_descriptors(kc, vc, 256, use_tma)
                     ws_mod.copy_probe_ws_kernel[(4, batch, segments)](
                         kc, vc, ks, vs, case.block_table, case.seq_lens, segments,
-                        case.block_table.stride()[0], cs[0], cs[2], ss[0], ss[2], descs["k_desc"], descs["v_desc"],
+                        case.block_table.stride()[0], cs[0], cs[2], ss[0], ss[2], descs[i]["k_desc"], descs[i]["v_desc"],
                         HEAD_SIZE=256, BLOCK_SIZE=bs, TILE_SIZE=32, STAGES=stages, VH_STAGES=vh, AHEAD=ahead,
                         USE_TMA=use_tma, PRODUCER_WARPS=warps, PRODUCER_REGS=96, num_warps=4, maxnreg=96,
                     )
 
-                key = f"ws_{'tma' if use_tma else 'cp'}_p{per_sm}_s{stages}a{ahead}_w{warps}"
-                try:
-                    us = B.time_graph(run_ws, case.copies)
-                    row[key] = round(us, 1)
-                    row[key + "_tbps"] = round(case.int8_bytes / us / 1e6, 3)
-                except Exception as e:
-                    row[key] = f"{type(e).__name__}: {str(e)[:120]}"
-                print(key, row[key], flush=True)
+                time_into(row, f"ws_{'tma' if use_tma else 'cp'}_p{per_sm}_s{stages}a{ahead}_w{warps}", run_ws, case)
         row["fa3_bf16_tbps"] = round(case.bf16_bytes / row["fa3_us"] / 1e6, 3)
         row["decode_tbps"] = round(case.int8_bytes / row["decode_us"] / 1e6, 3)
         res.append(row)

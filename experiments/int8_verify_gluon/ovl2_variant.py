@@ -6,25 +6,24 @@
   and the V-scale factor of P is ``v_scale * (1 / v_ref)`` (one division a tile)
   instead of a full-range division per column (24 instructions a thread a tile,
   8 of them predicated range fix-ups).
-* ``ovl2``: the 65-128-row loop overlaps both products with the softmax: tile i's
-  softmax runs while tile i+1's Q.K *and tile i-1's P.V* are on the tensor cores
-  (the series waits for tile i's P.V before tile i+1's softmax).  The previous
-  tile's P operand stays live through the wait (``deps``), so that ptxas does
-  not reuse its registers (and wait) halfway through the softmax, which is what
-  made ``fa3order_variant.py`` slower.  The accumulator is rescaled after that
-  wait.  The producer then widens into a fourth V tile (a tile's widened V is
-  released one iteration later).
-* ``ovl2trim``: both.
+* ``fa3p`` / ``fa3pu``: the 65-128-row loop in FlashAttention-3's order: tile i's
+  Q.K and tile i-1's P.V issued together, tile i's softmax during that P.V, the
+  previous tile's P operand kept live through the wait (``deps``) so that ptxas
+  does not reuse its registers (and wait) halfway through the softmax, which is
+  what made ``fa3order_variant.py`` slower; ``fa3pu`` runs the full tiles in a
+  loop without mask code.  (A first form that kept a P.V in flight across the
+  loop's back edge made ptxas serialise every wgmma, C7514; removed.)
+* ``sfa3``: the same order for alternate tiles, four widened V tiles.
+* ``...trim``: with ``trim``.
 * ``deep`` (alternate tiles only): 6 int8 stages, 4 tiles copied ahead.
 
-Writes OUT_DIR/{trim,ovl2,ovl2trim,deep}.py.
+Writes OUT_DIR/{trim,deep,fa3p,fa3ptrim,fa3pu,fa3putrim,sfa3,sfa3trim}.py.
 Usage: python experiments/int8_verify_gluon/ovl2_variant.py [OUT_DIR] (repo root)."""
 import os
+import re
 import sys
 
 SRC = os.environ.get("SRC", "vllm/v1/attention/ops/triton_int8_split_kv_wgmma.py")
-out_dir = sys.argv[1] if len(sys.argv) > 1 else "/tmp/wv"
-os.makedirs(out_dir, exist_ok=True)
 BASE = open(SRC).read()
 
 
@@ -73,150 +72,58 @@ def trim(s):
     return s
 
 
-def ovl2(s):
-    # The softmax can return the rows' factor instead of rescaling: FACTOR_ONLY.
+def factor_only(s):
+    # The softmax can return the rows' rescale factor instead of applying it.
     s = rep(s, '''    SKIP_UNMOVED: gl.constexpr,
 ):''', '''    SKIP_UNMOVED: gl.constexpr,
     FACTOR_ONLY: gl.constexpr = False,
 ):''')
-    s = rep(s, '''        acc = _rescale_if_moved(acc, gl.convert_layout(alpha * v_ratio, row_o))''',
-            '''        if FACTOR_ONLY:
+    return rep(s, '''        acc = _rescale_if_moved(acc, gl.convert_layout(alpha * v_ratio, row_o))''',
+               '''        if FACTOR_ONLY:
             acc = gl.convert_layout(alpha * v_ratio, row_o)
         else:
             acc = _rescale_if_moved(acc, gl.convert_layout(alpha * v_ratio, row_o))''')
-    start = s.index("        gl.static_assert(VH_STAGES > 2)\n")
-    end = s.index("    rows = my_row0 + gl.arange(0, ROWS, layout=row_o)\n")
-    loop = '''        gl.static_assert(VH_STAGES > 3)
-        p_layout: gl.constexpr = gl.DotOperandLayout(
-            operand_index=0, parent=o_layout, k_width=2
-        )
-        if my_tiles > 0:
-            mbarrier.wait(ready.index(0), 0)
-            s_int, k_scale, v_scale = _tile_qk(
-                q_hi_smem,
-                q_lo_smem,
-                k_smem.index(0).permute([1, 0]),
-                ks_smem.index(0),
-                vs_smem.index(0),
-                s_zero,
-                QUERY_PAIR,
-            )
-            mbarrier.arrive(kfree.index(0))
-            # Tile 0: its P.V stays in flight into the loop (the accumulator
-            # is loop-carried as a pending wgmma result).
-            has_next = 1 < my_tiles
-            mbarrier.wait(ready.index(1 % STAGES), (1 // STAGES) & 1, pred=has_next)
-            s_nxt = warpgroup_mma(
-                q_hi_smem, k_smem.index(1 % STAGES).permute([1, 0]), s_zero,
-                use_acc=False, is_async=True,
-            )
-            P_v, factor, m_i, l_i, v_ref = _softmax_tile(
-                s_int, k_scale, v_scale, tile_lo, m_i, l_i, acc, v_ref,
-                row_qk_scale, t_col, seq_len, q_pos, kv_limit, full_lo, full_hi,
-                TILE_SIZE, P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, True, True,
-            )
-            k_scale = ks_smem.index(1 % STAGES).load(col_s)
-            v_scale = vs_smem.index(1 % STAGES).load(col_s)
-            acc = warpgroup_mma(
-                P_v, vh_smem.index(0).permute([1, 0]), acc, is_async=True
-            )
-            s_int = warpgroup_mma_wait(1, deps=[s_nxt])
-            mbarrier.arrive(kfree.index(1 % STAGES), pred=has_next)
-            P_prev = P_v
-            # (Only its layout is read: the softmax returns the rows' factor.)
-            o_shape = gl.zeros([ROWS, HEAD_SIZE], gl.float32, o_layout)
-            h_prev = 0
-            h = 1
-            i = 1
-            for _ in range(my_tiles - 1):
-                has_next = i + 1 < my_tiles
-                s_n = (i + 1) % STAGES
-                mbarrier.wait(ready.index(s_n), ((i + 1) // STAGES) & 1, pred=has_next)
-                s_nxt = warpgroup_mma(
-                    q_hi_smem, k_smem.index(s_n).permute([1, 0]), s_zero,
-                    use_acc=False, is_async=True,
-                )
-                P_v, factor, m_i, l_i, v_ref = _softmax_tile(
-                    s_int, k_scale, v_scale, tile_lo + i, m_i, l_i, o_shape, v_ref,
-                    row_qk_scale, t_col, seq_len, q_pos, kv_limit, full_lo, full_hi,
-                    TILE_SIZE, P_LOG2_SCALE, RESCALE_THRESHOLD, SLIDING_WINDOW, True,
-                    True,
-                )
-                # The previous tile's P.V (issued before this tile's Q.K) is
-                # done; its P operand was live until here.
-                acc, P_prev = warpgroup_mma_wait(1, deps=[acc, P_prev])
-                mbarrier.arrive(vhfree.index(h_prev))
-                acc = _rescale_if_moved(acc, factor)
-                k_scale = ks_smem.index(s_n).load(col_s)
-                v_scale = vs_smem.index(s_n).load(col_s)
-                acc = warpgroup_mma(
-                    P_v, vh_smem.index(h).permute([1, 0]), acc, is_async=True
-                )
-                # The next tile's Q.K is done (this tile's P.V may still run).
-                s_int = warpgroup_mma_wait(1, deps=[s_nxt])
-                mbarrier.arrive(kfree.index(s_n), pred=has_next)
-                P_prev = P_v
-                h_prev = h
-                h = gl.where(h == VH_STAGES - 1, 0, h + 1)
-                i += 1
-            acc = warpgroup_mma_wait(0, deps=[acc])
-            mbarrier.arrive(vhfree.index(h_prev))
-
-'''
-    s = s[:start] + loop + s[end:]
-    # Four widened V tiles with 65-128 rows (whatever the launcher passes).
-    s = rep(s, '''    # Each consumer warpgroup holds 64 rows.
-    ROWS: gl.constexpr = 64''', '''    # Each consumer warpgroup holds 64 rows.
-    ROWS: gl.constexpr = 64
-    if not TILE_SPLIT and SLIDING_WINDOW == 0:
-        VHS: gl.constexpr = 4
-    else:
-        VHS: gl.constexpr = VH_STAGES''')
-    return rename_vh(s)
 
 
-def rename_vh(s):
-    # In the kernel body (after its signature), VH_STAGES -> VHS.
-    head, body = s.split("    # Each consumer warpgroup holds 64 rows.\n", 1)
-    body = body.replace("VH_STAGES,", "VHS,").replace("[VH_STAGES,", "[VHS,").replace(
-        "range(VH_STAGES)", "range(VHS)").replace("        VHS: gl.constexpr = VHS\n",
-                                                   "        VHS: gl.constexpr = VH_STAGES\n")
-    return head + "    # Each consumer warpgroup holds 64 rows.\n" + body
+KERNEL_ROWS = "    # Each consumer warpgroup holds 64 rows.\n    ROWS: gl.constexpr = 64\n"
+
+
+def retarget(s, names, decls):
+    """In the kernel's body (after its ROWS line), pass the constexprs ``names``
+    maps to instead of the launcher's, declared by ``decls``."""
+    head, body = s.split(KERNEL_ROWS, 1)
+    for old, new in names.items():
+        body = re.sub(rf"\b{old}\b(?=,|\))", new, body)
+    return head + KERNEL_ROWS + decls + body
+
+
+def four_widened_tiles(s, cond):
+    # Four widened V tiles where ``cond`` (constexprs of the kernel) holds,
+    # whatever VH_STAGES the launcher passes.
+    return retarget(
+        s,
+        {"VH_STAGES": "VHS"},
+        f"    if {cond}:\n        VHS: gl.constexpr = 4\n"
+        "    else:\n        VHS: gl.constexpr = VH_STAGES\n",
+    )
 
 
 def deep(s):
-    s = rep(s, '''    # Each consumer warpgroup holds 64 rows.
-    ROWS: gl.constexpr = 64''', '''    # Each consumer warpgroup holds 64 rows.
-    ROWS: gl.constexpr = 64
-    if TILE_SPLIT:
-        STG: gl.constexpr = 6
-        AHD: gl.constexpr = 4
-    else:
-        STG: gl.constexpr = STAGES
-        AHD: gl.constexpr = AHEAD''')
-    head, body = s.split("    # Each consumer warpgroup holds 64 rows.\n", 1)
-    body = body.replace("STAGES,", "STG,").replace("[STAGES,", "[STG,").replace(
-        "range(STAGES)", "range(STG)").replace("AHEAD,", "AHD,")
-    body = body.replace("        STG: gl.constexpr = STG\n", "        STG: gl.constexpr = STAGES\n").replace(
-        "        AHD: gl.constexpr = AHD\n", "        AHD: gl.constexpr = AHEAD\n")
-    # VH_STAGES, was caught by "STAGES," above.
-    body = body.replace("VH_STG,", "VH_STAGES,")
-    return head + "    # Each consumer warpgroup holds 64 rows.\n" + body
+    # Alternate tiles: 6 int8 stages, 4 tiles copied ahead.
+    return retarget(
+        s,
+        {"STAGES": "STG", "AHEAD": "AHD"},
+        "    if TILE_SPLIT:\n        STG: gl.constexpr = 6\n        AHD: gl.constexpr = 4\n"
+        "    else:\n        STG: gl.constexpr = STAGES\n        AHD: gl.constexpr = AHEAD\n",
+    )
 
 
 def fa3p(s):
     # FlashAttention-3's order (fa3order_variant.py), nothing in flight across
-    # the loop's back edge (ptxas serialises every wgmma otherwise), and the
-    # previous tile's P operand live until its P.V is waited for.
-    s = rep(s, '''    SKIP_UNMOVED: gl.constexpr,
-):''', '''    SKIP_UNMOVED: gl.constexpr,
-    FACTOR_ONLY: gl.constexpr = False,
-):''')
-    s = rep(s, '''        acc = _rescale_if_moved(acc, gl.convert_layout(alpha * v_ratio, row_o))''',
-            '''        if FACTOR_ONLY:
-            acc = gl.convert_layout(alpha * v_ratio, row_o)
-        else:
-            acc = _rescale_if_moved(acc, gl.convert_layout(alpha * v_ratio, row_o))''')
+    # the loop's back edge (a P.V carried across it, as a first form here
+    # tried, makes ptxas serialise every wgmma: C7514), and the previous
+    # tile's P operand live until its P.V is waited for.
+    s = factor_only(s)
     start = s.index("        gl.static_assert(VH_STAGES > 2)\n")
     end = s.index("    rows = my_row0 + gl.arange(0, ROWS, layout=row_o)\n")
     loop = '''        p_layout: gl.constexpr = gl.DotOperandLayout(
@@ -391,20 +298,15 @@ def split_fa3(s):
     elif TILE_SPLIT or SLIDING_WINDOW > 0:
         for _ in range(my_tiles):
 """)
-    s = rep(s, '''    # Each consumer warpgroup holds 64 rows.
-    ROWS: gl.constexpr = 64''', '''    # Each consumer warpgroup holds 64 rows.
-    ROWS: gl.constexpr = 64
-    if TILE_SPLIT and SLIDING_WINDOW == 0:
-        VHS: gl.constexpr = 4
-    else:
-        VHS: gl.constexpr = VH_STAGES''')
-    return rename_vh(s)
+    return four_widened_tiles(s, "TILE_SPLIT and SLIDING_WINDOW == 0")
 
 
-variants = {"trim": trim(BASE), "ovl2": ovl2(BASE), "ovl2trim": ovl2(trim(BASE)), "deep": deep(BASE),
-            "fa3p": fa3p(BASE), "fa3ptrim": fa3p(trim(BASE)),
-            "fa3pu": fa3pu(BASE), "fa3putrim": fa3pu(trim(BASE)),
-            "sfa3": split_fa3(fa3pu(BASE)), "sfa3trim": split_fa3(fa3pu(trim(BASE)))}
-for name, text in variants.items():
-    open(os.path.join(out_dir, name + ".py"), "w").write(text)
-    print("wrote", os.path.join(out_dir, name + ".py"))
+if __name__ == "__main__":
+    out_dir = sys.argv[1] if len(sys.argv) > 1 else "/tmp/wv"
+    os.makedirs(out_dir, exist_ok=True)
+    variants = {"trim": trim(BASE), "deep": deep(BASE), "fa3p": fa3p(BASE), "fa3ptrim": fa3p(trim(BASE)),
+                "fa3pu": fa3pu(BASE), "fa3putrim": fa3pu(trim(BASE)),
+                "sfa3": split_fa3(fa3pu(BASE)), "sfa3trim": split_fa3(fa3pu(trim(BASE)))}
+    for name, text in variants.items():
+        open(os.path.join(out_dir, name + ".py"), "w").write(text)
+        print("wrote", os.path.join(out_dir, name + ".py"))
