@@ -12,6 +12,8 @@ import os
 import sys
 import types
 
+import torch
+
 sys.path.insert(0, "benchmarks/e2e")
 import host_time  # noqa: E402
 from vllm.v1.attention.ops import triton_int8_sectioned_prefill as sp  # noqa: E402
@@ -26,7 +28,13 @@ for rep in range(2):
             args = types.SimpleNamespace(kv=["bf16", "int8"], layers=16, batch=8, context=4096, verify=6, chunk=512,
                                          num_blocks=64, steps=100, warmup=10, launch=True, busy_ms=busy, output=None)
             key = f"{staging}_busy{int(busy)}_rep{rep}"
+            before = torch.cuda.host_memory_stats()
             res[key] = host_time.measure(args)
+            after = torch.cuda.host_memory_stats()
+            # How often the pinned allocator called cudaHostAlloc (a miss of its cache) during the run.
+            res[key]["host_alloc"] = {k: after[k] - before.get(k, 0) for k in after
+                                      if "alloc" in k and isinstance(after[k], (int, float))}
+            print(key, "host allocator:", res[key]["host_alloc"], flush=True)
             r = res[key]
             print(key, "int8 mixed build", r["int8"]["mixed"]["build_us"], "us, step", r["int8"]["mixed"]["step_us"],
                   "| bf16 mixed step", r["bf16"]["mixed"]["step_us"], flush=True)
