@@ -13,7 +13,8 @@ source .carry/vllm026/install.sh >/dev/null
 bash .carry/vllm026/overlay.sh dist/patches/v0.26.0 >/dev/null
 nvidia-smi --query-gpu=name --format=csv,noheader
 cp vllm/v1/attention/ops/triton_int8_split_kv_wgmma.py experiments/int8_verify_gluon/_wgmma_head.py
-python3 experiments/int8_verify_gluon/ovl2_variant.py /tmp/wv > /dev/null || exit 1
+# GEN: the variant generator (writes its kernels into /tmp/wv); call_qreg_ab.sh sets it.
+python3 ${GEN:-experiments/int8_verify_gluon/ovl2_variant.py} /tmp/wv > /dev/null || exit 1
 export PYTHONUNBUFFERED=1
 export VARIANTS=${VARIANTS:-trim=/tmp/wv/trim.py,fa3putrim=/tmp/wv/fa3putrim.py,sfa3trim=/tmp/wv/sfa3trim.py,deep=/tmp/wv/deep.py}
 for mode in ${MODES:-split rows}; do
