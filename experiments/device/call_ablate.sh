@@ -11,7 +11,9 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 cp vllm/v1/attention/ops/triton_int8_split_kv_wgmma.py experiments/int8_verify_gluon/_wgmma_head.py
 python3 experiments/int8_verify_gluon/ablate_variant.py /tmp/ab > /dev/null || exit 1
 export PYTHONUNBUFFERED=1 NO_CHECK=1 MODE=all
-export VARIANTS=$(for v in nowiden nocopy nosoftmax nopv bare idle; do printf "%s=/tmp/ab/%s.py," $v $v; done)
+# ABLATIONS: which of ablate_variant.py's kernels; the hand-over ones (alternate tiles only):
+#   ABLATIONS="sinkc sleep250 sleep1000 bare" TIMED="1,131072,6,16;8,32768,6,16;1,32768,6,16;8,131072,8,16;1,131072,6,1600"
+export VARIANTS=$(for v in ${ABLATIONS:-nowiden nocopy nosoftmax nopv bare idle}; do printf "%s=/tmp/ab/%s.py," $v $v; done)
 export TIMED=${TIMED:-"1,131072,16,16;8,131072,16,16;1,131072,6,16;8,32768,6,16;8,131072,8,16;1,32768,16,16"}
 timeout -s KILL ${LIMIT:-400} python3 experiments/int8_verify_gluon/fa3p_ab.py > "$OUT/ablate.txt" 2>&1
 echo "rc=$?"

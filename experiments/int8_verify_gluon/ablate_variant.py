@@ -13,6 +13,14 @@ garbage; only its time means something:
   copies of the tiles after it, whatever the ring's depth);
 * ``cfence``: correct form of nofence: each consumer issues the proxy fence after it acquires a tile (mbarrier
   wait), so the producer never fences with copies in flight.
+Alternate tiles only (4-10 tokens; eleventh session): the producer alone streams the cache in 109 us at b1 128K
+(copy_probe.py, its sink a partition of a different kernel) where consumers that only run Q.K take 129, the series'
+time.  Whether that is the consumers' latency between a tile's arrival and its release, or their tensor and
+shared-memory work beside the copies:
+* ``sinkc``: the consumers hand each tile back as soon as it arrives (no Q.K, softmax or P.V): the series' own
+  structure with copy_probe.py's sink;
+* ``sleep250`` / ``sleep1000``: the same with a ``nanosleep`` of that many nanoseconds (PTX: up to about twice
+  that) between a tile's arrival and its release, a delay without tensor or shared-memory work.
 Writes OUT_DIR/<name>.py.  Usage: python experiments/int8_verify_gluon/ablate_variant.py [OUT_DIR]."""
 import os
 import re
@@ -91,7 +99,30 @@ def cfence(s):
 """)
 
 
-variants = {"nofence": nofence(BASE), "cfence": cfence(BASE), "nowiden": nowiden(BASE), "nocopy": nocopy(BASE), "nosoftmax": nosoftmax(BASE), "nopv": nopv(BASE),
+def handover(s, sleep_ns=0):
+    # The alternate-tile loop's body between a tile's arrival and the next: release it at once (after the sleep).
+    start = s.index("            mbarrier.wait(ready.index(s), (i // STAGES) & 1)\n") + len(
+        "            mbarrier.wait(ready.index(s), (i // STAGES) & 1)\n")
+    end = s.index("            i += 2 if TILE_SPLIT else 1\n", start)
+    body = ""
+    if sleep_ns:
+        body = (
+            "            gl.inline_asm_elementwise(\n"
+            f'                asm="nanosleep.u32 {sleep_ns}; mov.u32 $0, $1;",\n'
+            '                constraints="=r,r",\n'
+            "                args=[gl.full([1], 0, gl.int32, gl.BlockedLayout([1], [32], [NUM_WARPS], [0]))],\n"
+            "                dtype=gl.int32,\n"
+            "                is_pure=False,\n"
+            "                pack=1,\n"
+            "            )\n"
+        )
+    body += ("            mbarrier.arrive(kfree.index(s))\n"
+             "            mbarrier.arrive(vhfree.index(i % VH_STAGES))\n")
+    return s[:start] + body + s[end:]
+
+
+variants = {"sinkc": handover(BASE), "sleep250": handover(BASE, 250), "sleep1000": handover(BASE, 1000),
+            "nofence": nofence(BASE), "cfence": cfence(BASE), "nowiden": nowiden(BASE), "nocopy": nocopy(BASE), "nosoftmax": nosoftmax(BASE), "nopv": nopv(BASE),
             "bare": nopv(nosoftmax(BASE)), "idle": nocopy(nowiden(BASE))}
 for name, text in variants.items():
     open(os.path.join(out_dir, name + ".py"), "w").write(text)
