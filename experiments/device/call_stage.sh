@@ -26,7 +26,9 @@ PY
 echo "stage $STAGE: ${ARGS[*]}"
 T0=$(date +%s)
 set -o pipefail
+# (pytest's last line, "N passed, M warnings in S s", is kept.)
 timeout -s INT $LIMIT python3 -m pytest -v -rA -p no:cacheprovider --tb=short "${ARGS[@]}" 2>&1 \
-  | grep -v -i "warning\|it/s\]\|^INFO" > $OUT/stage_$STAGE.txt
+  | awk '/ in [0-9.]+s/ && /passed|failed|error/ {print; next}
+         tolower($0) ~ /warning|it\/s\]|^info/ {next} {print}' > $OUT/stage_$STAGE.txt
 echo "stage $STAGE: rc=$? wall $(( $(date +%s) - T0 )) s"
 tail -25 $OUT/stage_$STAGE.txt
