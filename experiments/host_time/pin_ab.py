@@ -2,7 +2,7 @@
 
 profile_launch.py (H100, 2026-12-06) put ~264 us of the INT8 mixed step's ~320-350 us builder time in the
 ``pin_memory()`` of the step's call bounds (a few hundred bytes), where builder_profile.py's tight loop had timed
-pinning and copying at 12 us.  This runs host_time.py's measurement (--launch, 16 layers, batch 8) with the series'
+pinning and copying at 12 us.  This runs host_time.py (--launch, its default 16 layers, batch 8, 100 steps) with the series'
 pinned staging and with the bounds copied from pageable memory (``is_pin_memory_available`` patched to False in
 the sectioned-prefill module), each with the GPU queue idle and 20 ms busy (a step that waited for the device would
 take >= 20 ms), and the three step kinds' builder and per-layer times.
@@ -10,7 +10,7 @@ Needs a CUDA device and the fork installed.  Usage (repo root): python experimen
 import json
 import os
 import sys
-import types
+import tempfile
 
 import torch
 
@@ -25,12 +25,12 @@ for rep in range(2):
     for staging in ("pinned", "pageable"):
         sp.is_pin_memory_available = pinned if staging == "pinned" else (lambda: False)
         for busy in (0.0, 20.0):
-            args = types.SimpleNamespace(kv=["bf16", "int8"], layers=16, batch=8, context=4096, verify=6, chunk=512,
-                                         num_blocks=64, steps=100, warmup=10, launch=True, busy_ms=busy, output=None)
             key = f"{staging}_busy{int(busy)}_rep{rep}"
+            path = os.path.join(tempfile.mkdtemp(), "host_time.json")
             before = torch.cuda.host_memory_stats()
-            res[key] = host_time.measure(args)
+            host_time.main(["--launch", "--steps", "100", "--warmup", "10", "--busy-ms", str(busy), "--output", path])
             after = torch.cuda.host_memory_stats()
+            res[key] = json.load(open(path))["results"]
             # How often the pinned allocator called cudaHostAlloc (a miss of its cache) during the run.
             res[key]["host_alloc"] = {k: after[k] - before.get(k, 0) for k in after
                                       if "alloc" in k and isinstance(after[k], (int, float))}

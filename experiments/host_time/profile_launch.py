@@ -2,8 +2,9 @@
 
 benchmarks/e2e/host_time.py --launch (H100, 2026-12-06) gave the INT8 mixed step's builder 317-348 us against BF16's
 17-22 and 174-185 us of Python per layer call against 95, where builder_profile.py timed the same builder's parts at
-54-78 us.  This runs host_time.py's measurement for the INT8 cache alone under cProfile, for the mixed step only,
-and prints the builder's and the layer call's callees by cumulative time and the functions with the most own time.
+54-78 us.  This runs host_time.py (--launch, its default shapes, 100 steps) for the INT8 cache alone under cProfile
+(its decode, verify and mixed steps; the mixed step's builder dominates the builder's time) and prints the
+builder's and the layer call's callees by cumulative time and the functions with the most own time.
 Needs a CUDA device and the fork installed.  Usage (repo root):
     python experiments/host_time/profile_launch.py [OUT_DIR]     -> OUT_DIR/profile_launch_mixed.{prof,txt}"""
 import cProfile
@@ -11,22 +12,18 @@ import io
 import os
 import pstats
 import sys
-import types
 
 sys.path.insert(0, "benchmarks/e2e")
 import host_time  # noqa: E402
 
 out = sys.argv[1] if len(sys.argv) > 1 else "/tmp"
-args = types.SimpleNamespace(kv=["int8"], layers=16, batch=8, context=4096, verify=6, chunk=512, num_blocks=64,
-                             steps=100, warmup=10, launch=True, busy_ms=0.0, output=None)
 prof = cProfile.Profile()
 prof.enable()
-res = host_time.measure(args)
+host_time.main(["--launch", "--kv", "int8", "--steps", "100", "--warmup", "10"])
 prof.disable()
 prof.dump_stats(os.path.join(out, "profile_launch_mixed.prof"))
 buf = io.StringIO()
 st = pstats.Stats(prof, stream=buf)
-print(res, file=buf)
 st.sort_stats("tottime").print_stats(35)
 st.sort_stats("cumulative").print_callees(r"triton_attn.py:\d+\(build\)")
 st.sort_stats("cumulative").print_callees(r"split_int8_step|build_sectioned_prefill_metadata")

@@ -101,8 +101,8 @@ def cfence(s):
 
 def handover(s, sleep_ns=0):
     # The alternate-tile loop's body between a tile's arrival and the next: release it at once (after the sleep).
-    start = s.index("            mbarrier.wait(ready.index(s), (i // STAGES) & 1)\n") + len(
-        "            mbarrier.wait(ready.index(s), (i // STAGES) & 1)\n")
+    arrival = "            mbarrier.wait(ready.index(s), (i // STAGES) & 1)\n"
+    start = s.index(arrival) + len(arrival)
     end = s.index("            i += 2 if TILE_SPLIT else 1\n", start)
     body = ""
     if sleep_ns:

@@ -14,14 +14,7 @@ Offline: CUDA_VISIBLE_DEVICES= python experiments/int8_verify_gluon/offline_seri
 import os
 import sys
 
-SERIES = "vllm/v1/attention/ops/triton_int8_split_kv_wgmma.py"
-
-
-def edit(src: str, old: str, new: str, count: int = 1) -> str:
-    n = src.count(old)
-    if n != count:
-        raise SystemExit(f"expected {count} of {old!r}, found {n}")
-    return src.replace(old, new)
+from ovl2_variant import BASE, rep as edit  # the series' source; one exact occurrence per edit
 
 
 def qreg(src: str, single: bool = False) -> str:
@@ -72,5 +65,5 @@ if __name__ == "__main__":
     for name, single in (("qreg", False), ("qreg1s", True)):
         path = os.path.join(out, name + ".py")
         with open(path, "w") as f:
-            f.write(qreg(open(SERIES).read(), single))
+            f.write(qreg(BASE, single))
         print(path)
