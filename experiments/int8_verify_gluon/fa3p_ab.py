@@ -34,7 +34,7 @@ for item in filter(None, os.environ.get("VARIANTS", "").split(",")):
     KERNELS[name] = load(name, path)
 # Which kernels differ from the series in which mode (the rest is the series' code there).
 SPLIT_ONLY = {"deep", "sfa3", "sfa3trim"}
-ROWS_ONLY = {"fa3pu", "fa3putrim", "qreg"}
+ROWS_ONLY = {"fa3pu", "fa3putrim", "qreg", "t64", "t64s3", "s32"}
 args = types.SimpleNamespace(num_q_heads=24, num_kv_heads=4, head_size=256, copy_bytes=400 * 2**20,
                              with_unified=False, no_errors=False)
 MODE = os.environ.get("MODE", "all")

@@ -7,7 +7,8 @@ from sass_stats import build, load_mod, loop_stats, sass, wgmma_serialized
 bs, split = int(sys.argv[1]), bool(int(sys.argv[2]))
 path = sys.argv[3] if len(sys.argv) > 3 else "vllm/v1/attention/ops/triton_int8_split_kv_wgmma.py"
 mod = load_mod(path)
-k = mod.kernel_int8_split_kv_verify_wgmma
+# (t64_variant.py's modules wrap the Gluon kernel to set their launch constants.)
+k = getattr(mod, "_gluon_kernel", mod.kernel_int8_split_kv_verify_wgmma)
 consts = dict(num_query_heads=24, NUM_QUERIES_PER_KV=6, ROW_SPLITS=1, HEAD_SIZE=256, BLOCK_SIZE=bs, TILE_SIZE=int(os.environ.get("TILE", 32)),
               STAGES=int(os.environ.get("STAGES", 4)), VH_STAGES=int(os.environ.get("VH", 2 if split or "WINDOW" in os.environ else 3)),
               AHEAD=int(os.environ.get("AHEAD", 2)), TILE_SPLIT=split, P_LOG2_SCALE=6.0, RESCALE_THRESHOLD=8.0,
