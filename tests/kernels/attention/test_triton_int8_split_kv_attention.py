@@ -502,6 +502,52 @@ def test_int8_split_kv_block_sizes(block_size, tile_size):
     torch.testing.assert_close(output, ref, atol=1.5e-2, rtol=1e-2)
 
 
+# Elsewhere (CPU, Triton's interpreter) the swapped kernel runs this
+# geometry, as in test_int8_split_kv_verify.
+@pytest.mark.skipif(not FULL, reason="the warpgroup-MMA kernel needs a GPU")
+@pytest.mark.parametrize("block_size", [16, 64, 1600])
+@torch.inference_mode()
+def test_int8_split_kv_verify_rows_in_64_token_tiles(block_size):
+    """12-16-token verify steps (96 and 72 rows per KV head): on Hopper the
+    warpgroup-MMA kernel reads them in 64-token tiles where the block size
+    is a multiple of 64 and in 32-token tiles with its overlapped loop at
+    16."""
+    torch.set_default_device(DEVICE_TYPE)
+    torch.manual_seed(3)
+    num_blocks = 8 if block_size > 256 else 64
+    output, ref = _run_split_kv(
+        (24, 4),
+        256,
+        [16, 12],
+        [block_size + 37, 2 * block_size + 5 if block_size > 256 else 77],
+        num_blocks,
+        geometry=Int8SplitKVGeometry(32, 4, 4, 4, 64, wgmma=True),
+        block_size=block_size,
+    )
+    torch.testing.assert_close(output, ref, atol=1.5e-2, rtol=1e-2)
+
+
+def test_wgmma_pipeline_takes_64_token_tiles_for_rows_in_one_block():
+    """65-128 rows without a window take 64-token tiles exactly where each
+    tile lies in one cache block; alternate tiles, windows and other block
+    sizes keep the geometry's tiles (65-128 rows with a third widened V
+    tile for the overlapped loop)."""
+    from vllm.v1.attention.ops import triton_int8_split_kv_attention as mod
+
+    geometry = Int8SplitKVGeometry(32, 32, 4, 4, 64, wgmma=True)
+    rows_64 = mod.wgmma_pipeline(geometry, False, 0, 1600)
+    assert rows_64 == dict(TILE_SIZE=64, STAGES=2, VH_STAGES=2, AHEAD=1)
+    assert mod.wgmma_pipeline(geometry, False, 0, 64) == rows_64
+    for block_size in (16, 32, 48, 208):
+        assert mod.wgmma_pipeline(geometry, False, 0, block_size) == dict(
+            TILE_SIZE=32, STAGES=4, VH_STAGES=3, AHEAD=2
+        )
+    for tile_split, window in ((True, 0), (False, 2048), (True, 2048)):
+        assert mod.wgmma_pipeline(geometry, tile_split, window, 1600) == dict(
+            TILE_SIZE=32, STAGES=4, VH_STAGES=2, AHEAD=2
+        )
+
+
 @torch.inference_mode()
 def test_int8_split_kv_fp16_and_padding_request():
     """fp16 queries; a zero-length (padding) request leaves others intact."""
@@ -949,9 +995,7 @@ def _offline_compile(geometry, block_size, arch, sliding_window, tile_split=Fals
 
         kernel = wgmma.kernel_int8_split_kv_verify_wgmma
         constants.update(
-            STAGES=geometry.num_stages,
-            VH_STAGES=mod._wgmma_vh_stages(tile_split, sliding_window),
-            AHEAD=min(mod.WGMMA_AHEAD, geometry.num_stages - 1),
+            **mod.wgmma_pipeline(geometry, tile_split, sliding_window, block_size),
             TILE_SPLIT=tile_split,
         )
         options = dict(num_warps=geometry.num_warps, maxnreg=wgmma.MAX_REGISTERS)

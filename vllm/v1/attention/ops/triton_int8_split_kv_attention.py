@@ -214,12 +214,18 @@ PROGRAMS_PER_SM = 8
 # were slower (H200, 128K: 6 tokens 152 instead of 140 us, 16 tokens 219
 # instead of 203 us).
 WGMMA_PROGRAMS_PER_SM = 1
-# Its widened V tiles with alternate tiles (65-128 rows need 3: see
-# _wgmma_vh_stages), and the tiles copied ahead of the widening: deeper
+# Its widened V tiles, and the tiles copied ahead of the widening: deeper
 # rings (6 stages, 4 tiles ahead, 3 widened tiles) changed nothing on an
 # H200 (128K, 6 / 16 tokens: 132.7 / 205.3 us against 136.6 / 196.5).
 WGMMA_VH_STAGES = 2
 WGMMA_AHEAD = 2
+# With 65-128 rows (and no window), where each 64-token tile lies in one
+# cache block: 64-token tiles in two int8 stages, one copied ahead.  H100,
+# 12-16 tokens, 32K-128K, batch 1 and 8: 6-14% faster than 32-token tiles
+# at blocks of 1600 and 64 (128K, batch 1, 16 tokens: 143.7 instead of
+# 159.6 us), 3-8% slower at blocks of 16, which keep 32-token tiles.
+WGMMA_ROWS_TILE_SIZE = 64
+WGMMA_ROWS_STAGES = 2
 
 
 @functools.cache
@@ -365,14 +371,33 @@ def _wgmma_program_rows(geometry: Int8SplitKVGeometry, tile_split: bool) -> int:
     return geometry.block_m if tile_split else 2 * geometry.block_m
 
 
-def _wgmma_vh_stages(tile_split: bool, sliding_window: int) -> int:
-    """Widened V tiles of the warpgroup-MMA kernel: with 65-128 rows and no
-    window its consumers overlap the next tile's Q.K with this tile's
-    softmax, so each waits for its next tile while holding one, and the
-    producer widens into a third."""
-    if tile_split or sliding_window > 0:
-        return WGMMA_VH_STAGES
-    return max(WGMMA_VH_STAGES, 3)
+def wgmma_pipeline(
+    geometry: Int8SplitKVGeometry,
+    tile_split: bool,
+    sliding_window: int,
+    block_size: int,
+) -> dict[str, int]:
+    """Tile size and rings of the warpgroup-MMA kernel (its ``TILE_SIZE``,
+    ``STAGES``, ``VH_STAGES`` and ``AHEAD``).
+
+    The geometry's, except with 65-128 rows and no window: there both
+    consumers take every tile, in ``WGMMA_ROWS_TILE_SIZE``-token tiles and
+    ``WGMMA_ROWS_STAGES`` int8 stages where the block size is a multiple
+    of it, else overlapping the next tile's Q.K with this tile's softmax,
+    which holds a third widened V tile (see the kernel's loop)."""
+    vh_stages = WGMMA_VH_STAGES
+    tile_size, stages = geometry.tile_size, geometry.num_stages
+    if not tile_split and sliding_window == 0:
+        if block_size % WGMMA_ROWS_TILE_SIZE == 0:
+            tile_size, stages = WGMMA_ROWS_TILE_SIZE, WGMMA_ROWS_STAGES
+        else:
+            vh_stages = max(vh_stages, 3)
+    return dict(
+        TILE_SIZE=tile_size,
+        STAGES=stages,
+        VH_STAGES=vh_stages,
+        AHEAD=min(WGMMA_AHEAD, stages - 1),
+    )
 
 
 def _wgmma_tile_split(
@@ -1494,14 +1519,13 @@ def int8_split_kv_attention(
         row_splits = cdiv(rows, _wgmma_program_rows(geometry, tile_split))
         if tile_split:
             num_partials = 2 * num_segments
+        # (Its own tile size replaces the geometry's.)
+        common.update(wgmma_pipeline(geometry, tile_split, sliding_window, block_size))
         kernel_int8_split_kv_verify_wgmma[
             (num_kv_heads * row_splits, num_seqs, num_segments)
         ](
             *args,
             ROW_SPLITS=row_splits,
-            STAGES=geometry.num_stages,
-            VH_STAGES=_wgmma_vh_stages(tile_split, sliding_window),
-            AHEAD=min(WGMMA_AHEAD, geometry.num_stages - 1),
             TILE_SPLIT=tile_split,
             maxnreg=WGMMA_MAX_REGISTERS,
             **common,

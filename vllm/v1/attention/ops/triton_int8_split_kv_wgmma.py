@@ -21,21 +21,25 @@ axis, and runs three warpgroups:
 
 With up to 64 rows (``TILE_SPLIT``: up to 10 tokens at 6 query heads per KV
 head) both consumers hold the same rows and take alternate tiles, each
-writing its own partial result; their query is split into int8 high and
-low parts (as in ``triton_int8_split_kv_attention``), two products into one
+writing its own partial result; their query is split into int8 high and low
+parts (as in ``triton_int8_split_kv_attention``), two products into one
 int32 accumulator (254 times the high part's, then the low part's added),
-exact to 1.6e-5.  With 65-128 rows (12-16 tokens) consumer ``c`` holds
-rows ``64 c .. 64 c + 63`` and both consume every tile, so a tile is
-copied and widened once for all rows, and each consumer overlaps the next
-tile's Q.K with this tile's softmax and P.V (FlashAttention-3's
+exact to 1.6e-5.  With 65-128 rows (12-16 tokens) consumer ``c`` holds rows
+``64 c .. 64 c + 63`` and both consume every tile, so a tile is copied and
+widened once for all rows.  Where the cache's blocks hold whole 64-token
+tiles the launcher gives these tiles 64 tokens (6-14% faster on an H100 at
+blocks of 1600: half the tiles' fixed cost, and each channel's V run is 64
+contiguous bytes rather than 32), and each consumer runs the plain loop (the
+next tile's Q.K overlapping this tile's softmax would not fit its
+registers); with 32-token tiles it overlaps them (FlashAttention-3's
 intra-warpgroup overlap).  There Q.K takes one int8 product of the query
-rounded per row, and a warp rescales its rows of the accumulator only
-where they moved: together 14-20% faster on an H200 than the pair, whose
-second product doubles Q.K's tensor work and its shared-memory reads; the
-rounding (up to 1/254 of a row's largest element) adds less to the error
-against exact attention than the cache's own INT8 quantisation.  Stages
-pass between the partitions through mbarriers: ``ready`` (copied and
-widened), ``kfree`` (Q.K done) and ``vhfree`` (P.V done).
+rounded per row, and a warp rescales its rows of the accumulator only where
+they moved: together 14-20% faster on an H200 than the pair, whose second
+product doubles Q.K's tensor work and its shared-memory reads; the rounding
+(up to 1/254 of a row's largest element) adds less to the error against
+exact attention than the cache's own INT8 quantisation.  Stages pass between
+the partitions through mbarriers: ``ready`` (copied and widened), ``kfree``
+(Q.K done) and ``vhfree`` (P.V done).
 
 Partial results have the layout of ``kernel_int8_split_kv_attention``'s,
 ``2 * num_segments`` of them per token with ``TILE_SPLIT``, and its reduce
@@ -557,7 +561,7 @@ def _consumer(
     v_ref = 1e-30
     t_col = gl.arange(0, TILE_SIZE, layout=col_s)
     i = C if TILE_SPLIT else 0
-    if TILE_SPLIT or SLIDING_WINDOW > 0:
+    if TILE_SPLIT or SLIDING_WINDOW > 0 or TILE_SIZE > 32:
         for _ in range(my_tiles):
             s = i % STAGES
             mbarrier.wait(ready.index(s), (i // STAGES) & 1)
@@ -606,8 +610,9 @@ def _consumer(
         # (FlashAttention-3's intra-warpgroup overlap): the next tile's Q.K
         # runs during this tile's softmax and is waited for beside this
         # tile's P.V (5-7% faster on an H200 at 12-16 tokens; slower with
-        # alternate tiles; sliding-window layers keep the loop above, where
-        # their masks need no spill), and warps skip the rescale of rows
+        # alternate tiles; sliding-window layers and 64-token tiles keep the
+        # loop above, where their masks and scores need no spill), and warps
+        # skip the rescale of rows
         # that did not move (2-5% faster here with one Q.K product).  The
         # consumer then waits for its next tile while its P.V still reads
         # this tile's widened V, so the producer needs a third widened tile.
