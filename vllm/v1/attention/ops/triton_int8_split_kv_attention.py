@@ -52,6 +52,7 @@ import dataclasses
 import functools
 import os
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import NamedTuple
 
 import torch
@@ -371,14 +372,16 @@ def _wgmma_program_rows(geometry: Int8SplitKVGeometry, tile_split: bool) -> int:
     return geometry.block_m if tile_split else 2 * geometry.block_m
 
 
+@functools.cache
 def wgmma_pipeline(
     geometry: Int8SplitKVGeometry,
     tile_split: bool,
     sliding_window: int,
     block_size: int,
-) -> dict[str, int]:
+) -> MappingProxyType[str, int]:
     """Tile size and rings of the warpgroup-MMA kernel (its ``TILE_SIZE``,
-    ``STAGES``, ``VH_STAGES`` and ``AHEAD``).
+    ``STAGES``, ``VH_STAGES`` and ``AHEAD``), computed once per distinct
+    launch (read-only: every layer call of a step shares it).
 
     The geometry's, except with 65-128 rows and no window: there both
     consumers take every tile, in ``WGMMA_ROWS_TILE_SIZE``-token tiles and
@@ -392,11 +395,13 @@ def wgmma_pipeline(
             tile_size, stages = WGMMA_ROWS_TILE_SIZE, WGMMA_ROWS_STAGES
         else:
             vh_stages = max(vh_stages, 3)
-    return dict(
-        TILE_SIZE=tile_size,
-        STAGES=stages,
-        VH_STAGES=vh_stages,
-        AHEAD=min(WGMMA_AHEAD, stages - 1),
+    return MappingProxyType(
+        dict(
+            TILE_SIZE=tile_size,
+            STAGES=stages,
+            VH_STAGES=vh_stages,
+            AHEAD=min(WGMMA_AHEAD, stages - 1),
+        )
     )
 
 
