@@ -531,20 +531,20 @@ def test_wgmma_pipeline_takes_64_token_tiles_for_rows_in_one_block():
     """65-128 rows without a window take 64-token tiles exactly where each
     tile lies in one cache block; alternate tiles, windows and other block
     sizes keep the geometry's tiles (65-128 rows with a third widened V
-    tile for the overlapped loop)."""
+    tile for the overlapped loop, the only launches that run it)."""
     from vllm.v1.attention.ops import triton_int8_split_kv_attention as mod
 
     geometry = Int8SplitKVGeometry(32, 32, 4, 4, 64, wgmma=True)
     rows_64 = mod.wgmma_pipeline(geometry, False, 0, 1600)
-    assert rows_64 == dict(TILE_SIZE=64, STAGES=2, VH_STAGES=2, AHEAD=1)
+    assert rows_64 == dict(TILE_SIZE=64, STAGES=2, VH_STAGES=2, AHEAD=1, OVERLAP=False)
     assert mod.wgmma_pipeline(geometry, False, 0, 64) == rows_64
     for block_size in (16, 32, 48, 208):
         assert mod.wgmma_pipeline(geometry, False, 0, block_size) == dict(
-            TILE_SIZE=32, STAGES=4, VH_STAGES=3, AHEAD=2
+            TILE_SIZE=32, STAGES=4, VH_STAGES=3, AHEAD=2, OVERLAP=True
         )
     for tile_split, window in ((True, 0), (False, 2048), (True, 2048)):
         assert mod.wgmma_pipeline(geometry, tile_split, window, 1600) == dict(
-            TILE_SIZE=32, STAGES=4, VH_STAGES=2, AHEAD=2
+            TILE_SIZE=32, STAGES=4, VH_STAGES=2, AHEAD=2, OVERLAP=False
         )
 
 

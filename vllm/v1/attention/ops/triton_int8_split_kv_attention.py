@@ -379,21 +379,25 @@ def wgmma_pipeline(
     sliding_window: int,
     block_size: int,
 ) -> MappingProxyType[str, int]:
-    """Tile size and rings of the warpgroup-MMA kernel (its ``TILE_SIZE``,
-    ``STAGES``, ``VH_STAGES`` and ``AHEAD``), computed once per distinct
-    launch (read-only: every layer call of a step shares it).
+    """Tile size, rings and loop of the warpgroup-MMA kernel (its
+    ``TILE_SIZE``, ``STAGES``, ``VH_STAGES``, ``AHEAD`` and ``OVERLAP``),
+    computed once per distinct launch (read-only: every layer call of a
+    step shares it).
 
-    The geometry's, except with 65-128 rows and no window: there both
-    consumers take every tile, in ``WGMMA_ROWS_TILE_SIZE``-token tiles and
-    ``WGMMA_ROWS_STAGES`` int8 stages where the block size is a multiple
-    of it, else overlapping the next tile's Q.K with this tile's softmax,
-    which holds a third widened V tile (see the kernel's loop)."""
+    The geometry's tiles and the plain loop, except with 65-128 rows and no
+    window: there both consumers take every tile, in
+    ``WGMMA_ROWS_TILE_SIZE``-token tiles and ``WGMMA_ROWS_STAGES`` int8
+    stages where the block size is a multiple of it, else with ``OVERLAP``:
+    the next tile's Q.K overlaps this tile's softmax, which holds a third
+    widened V tile (see the kernel's loop)."""
     vh_stages = WGMMA_VH_STAGES
     tile_size, stages = geometry.tile_size, geometry.num_stages
+    overlap = False
     if not tile_split and sliding_window == 0:
         if block_size % WGMMA_ROWS_TILE_SIZE == 0:
             tile_size, stages = WGMMA_ROWS_TILE_SIZE, WGMMA_ROWS_STAGES
         else:
+            overlap = True
             vh_stages = max(vh_stages, 3)
     return MappingProxyType(
         dict(
@@ -401,6 +405,7 @@ def wgmma_pipeline(
             STAGES=stages,
             VH_STAGES=vh_stages,
             AHEAD=min(WGMMA_AHEAD, stages - 1),
+            OVERLAP=overlap,
         )
     )
 

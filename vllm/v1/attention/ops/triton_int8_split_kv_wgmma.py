@@ -31,15 +31,16 @@ tiles the launcher gives these tiles 64 tokens (6-14% faster on an H100 at
 blocks of 1600: half the tiles' fixed cost, and each channel's V run is 64
 contiguous bytes rather than 32), and each consumer runs the plain loop (the
 next tile's Q.K overlapping this tile's softmax would not fit its
-registers); with 32-token tiles it overlaps them (FlashAttention-3's
-intra-warpgroup overlap).  There Q.K takes one int8 product of the query
-rounded per row, and a warp rescales its rows of the accumulator only where
-they moved: together 14-20% faster on an H200 than the pair, whose second
-product doubles Q.K's tensor work and its shared-memory reads; the rounding
-(up to 1/254 of a row's largest element) adds less to the error against
-exact attention than the cache's own INT8 quantisation.  Stages pass between
-the partitions through mbarriers: ``ready`` (copied and widened), ``kfree``
-(Q.K done) and ``vhfree`` (P.V done).
+registers); with 32-token tiles it overlaps them (``OVERLAP``,
+FlashAttention-3's intra-warpgroup overlap).  There Q.K takes one int8
+product of the query rounded per row, and a warp rescales its rows of the
+accumulator only where they moved: together 14-20% faster on an H200 than
+the pair, whose second product doubles Q.K's tensor work and its
+shared-memory reads; the rounding (up to 1/254 of a row's largest element)
+adds less to the error against exact attention than the cache's own INT8
+quantisation.  Stages pass between the partitions through mbarriers:
+``ready`` (copied and widened), ``kfree`` (Q.K done) and ``vhfree`` (P.V
+done).
 
 Partial results have the layout of ``kernel_int8_split_kv_attention``'s,
 ``2 * num_segments`` of them per token with ``TILE_SPLIT``, and its reduce
@@ -485,6 +486,7 @@ def _consumer(
     TILE_SIZE: gl.constexpr,
     STAGES: gl.constexpr,
     VH_STAGES: gl.constexpr,
+    OVERLAP: gl.constexpr,
     P_LOG2_SCALE: gl.constexpr,
     RESCALE_THRESHOLD: gl.constexpr,
     SLIDING_WINDOW: gl.constexpr,
@@ -561,7 +563,7 @@ def _consumer(
     v_ref = 1e-30
     t_col = gl.arange(0, TILE_SIZE, layout=col_s)
     i = C if TILE_SPLIT else 0
-    if TILE_SPLIT or SLIDING_WINDOW > 0 or TILE_SIZE > 32:
+    if not OVERLAP:
         for _ in range(my_tiles):
             s = i % STAGES
             mbarrier.wait(ready.index(s), (i // STAGES) & 1)
@@ -605,7 +607,8 @@ def _consumer(
             mbarrier.arrive(vhfree.index(h))
             i += 2 if TILE_SPLIT else 1
     else:
-        # Both consumers take every tile, so the tensor cores idle while
+        # OVERLAP (the launcher's choice, for 32-token tiles without a
+        # window): both consumers take every tile, so the tensor cores idle while
         # each computes its softmax unless it overlaps its own products
         # (FlashAttention-3's intra-warpgroup overlap): the next tile's Q.K
         # runs during this tile's softmax and is waited for beside this
@@ -618,7 +621,8 @@ def _consumer(
         # this tile's widened V, so the producer needs a third widened tile.
         # After the last tile the "next" product reads a stage that may be
         # refilling; its result is not used.
-        gl.static_assert(VH_STAGES > 2)
+        gl.static_assert(not TILE_SPLIT and SLIDING_WINDOW == 0)
+        gl.static_assert(TILE_SIZE == 32 and VH_STAGES > 2)
         h = 0
         s_int = s_zero
         k_scale = gl.zeros([TILE_SIZE], gl.float32, col_s)
@@ -752,6 +756,7 @@ def kernel_int8_split_kv_verify_wgmma(
     STAGES: gl.constexpr,  # int8 stages (K, V, scales)
     VH_STAGES: gl.constexpr,  # widened V tiles
     AHEAD: gl.constexpr,  # tiles copied ahead of the widening
+    OVERLAP: gl.constexpr,  # consumers overlap Q.K with the softmax
     TILE_SPLIT: gl.constexpr,  # 64 rows, alternate tiles (else 128 rows)
     P_LOG2_SCALE: gl.constexpr,  # P and l carry a factor 2**P_LOG2_SCALE
     RESCALE_THRESHOLD: gl.constexpr,
@@ -911,6 +916,7 @@ def kernel_int8_split_kv_verify_wgmma(
                     TILE_SIZE,
                     STAGES,
                     VH_STAGES,
+                    OVERLAP,
                     P_LOG2_SCALE,
                     RESCALE_THRESHOLD,
                     SLIDING_WINDOW,
@@ -958,6 +964,7 @@ def kernel_int8_split_kv_verify_wgmma(
                     TILE_SIZE,
                     STAGES,
                     VH_STAGES,
+                    OVERLAP,
                     P_LOG2_SCALE,
                     RESCALE_THRESHOLD,
                     SLIDING_WINDOW,
