@@ -11,7 +11,7 @@ GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "$GPU"
 if [[ "$GPU" == *H200* ]]; then
   LIMIT=${PROBE_LIMIT:-200} bash experiments/device/call_copy_probe.sh
-  BENCH_LIMIT=${BENCH_LIMIT:-330} bash experiments/device/call_table.sh | tail -60
+  BENCH_LIMIT=${BENCH_LIMIT:-330} bash experiments/device/call_table.sh
 else
   bash experiments/device/call_stage.sh kernels ${STAGE_LIMIT:-420}
 fi
