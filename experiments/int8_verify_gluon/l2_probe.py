@@ -88,6 +88,29 @@ def producer_fns(case, kernel, ws_mod, sms, load=1.0):
     return fns
 
 
+# Other kernels in place of the series' wgmma kernel, "name=path,...": timed as int8_<name>; diffs against the series'
+# output are recorded (meaningless for ablate_variant.py's kernels, which drop work on purpose).
+KVARIANTS = dict(kv.split("=") for kv in os.environ.get("KVARIANTS", "").split(",") if kv)
+
+
+def load_kernel(name, path):
+    return CP.load(path, "kvar_" + name).kernel_int8_split_kv_verify_wgmma
+
+
+def with_kernel(fn, kernel):
+    """fn with ``kernel`` in place of the series' wgmma kernel."""
+
+    def run(i):
+        orig = SK.kernel_int8_split_kv_verify_wgmma
+        SK.kernel_int8_split_kv_verify_wgmma = kernel
+        try:
+            fn(i)
+        finally:
+            SK.kernel_int8_split_kv_verify_wgmma = orig
+
+    return run
+
+
 def with_pipeline(fn, pipe):
     """fn with wgmma_pipeline() answering ``pipe`` for 65-128-row launches."""
     orig = SK.wgmma_pipeline
@@ -123,6 +146,7 @@ def main():
     print(gpu, "L2", torch.cuda.get_device_properties(0).L2_cache_size // 2**20, "MB", flush=True)
     kernel = CP.make_kernel(CP.SERIES, "series")
     ws_mod = CP.make_ws_kernel()
+    kvariants = {n: load_kernel(n, p) for n, p in KVARIANTS.items()}
     res = []
     for batch, ctx, bs in CELLS:
         for mode in ("hbm", "l2"):
@@ -141,11 +165,13 @@ def main():
                 if fa:
                     row["fa3_us"] = timed(impls[fa[0]][0], case.copies_bf16)
                 row["int8_us"] = timed(impls["int8_split_kv"][0], case.copies)
-                if PIPES and qlen * 6 > 64:
+                variants = {n: with_kernel(impls["int8_split_kv"][0], k) for n, k in kvariants.items()}
+                if qlen * 6 > 64:
+                    variants.update({n: with_pipeline(impls["int8_split_kv"][0], p) for n, p in PIPES.items()})
+                if variants and qlen > 1:
                     impls["int8_split_kv"][0](0)
                     ref = case.out.clone()
-                    for name, pipe in PIPES.items():
-                        fn = with_pipeline(impls["int8_split_kv"][0], pipe)
+                    for name, fn in variants.items():
                         try:
                             case.out.zero_()
                             fn(0)
