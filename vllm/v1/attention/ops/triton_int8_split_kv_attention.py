@@ -378,7 +378,7 @@ def wgmma_pipeline(
     tile_split: bool,
     sliding_window: int,
     block_size: int,
-) -> MappingProxyType[str, int]:
+) -> MappingProxyType[str, int | bool]:
     """Tile size, rings and loop of the warpgroup-MMA kernel (its
     ``TILE_SIZE``, ``STAGES``, ``VH_STAGES``, ``AHEAD`` and ``OVERLAP``),
     computed once per distinct launch (read-only: every layer call of a

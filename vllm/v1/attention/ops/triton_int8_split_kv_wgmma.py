@@ -608,19 +608,18 @@ def _consumer(
             i += 2 if TILE_SPLIT else 1
     else:
         # OVERLAP (the launcher's choice, for 32-token tiles without a
-        # window): both consumers take every tile, so the tensor cores idle while
-        # each computes its softmax unless it overlaps its own products
-        # (FlashAttention-3's intra-warpgroup overlap): the next tile's Q.K
-        # runs during this tile's softmax and is waited for beside this
-        # tile's P.V (5-7% faster on an H200 at 12-16 tokens; slower with
-        # alternate tiles; sliding-window layers and 64-token tiles keep the
-        # loop above, where their masks and scores need no spill), and warps
-        # skip the rescale of rows
-        # that did not move (2-5% faster here with one Q.K product).  The
-        # consumer then waits for its next tile while its P.V still reads
-        # this tile's widened V, so the producer needs a third widened tile.
-        # After the last tile the "next" product reads a stage that may be
-        # refilling; its result is not used.
+        # window): both consumers take every tile, so the tensor cores idle
+        # while each computes its softmax unless it overlaps its own
+        # products (FlashAttention-3's intra-warpgroup overlap): the next
+        # tile's Q.K runs during this tile's softmax and is waited for beside
+        # this tile's P.V (5-7% faster on an H200 at 12-16 tokens; slower
+        # with alternate tiles; sliding-window layers and 64-token tiles keep
+        # the loop above, where their masks and scores need no spill), and
+        # warps skip the rescale of rows that did not move (2-5% faster here
+        # with one Q.K product).  The consumer then waits for its next tile
+        # while its P.V still reads this tile's widened V, so the producer
+        # needs a third widened tile.  After the last tile the "next" product
+        # reads a stage that may be refilling; its result is not used.
         gl.static_assert(not TILE_SPLIT and SLIDING_WINDOW == 0)
         gl.static_assert(TILE_SIZE == 32 and VH_STAGES > 2)
         h = 0
