@@ -79,9 +79,9 @@ def _softmax_p(
 @gluon.jit
 def _consumer(''')
 
-start = s.index("        gl.static_assert(VH_STAGES > 2)\n")
+start = s.index("        gl.static_assert(TILE_SIZE == 32 and VH_STAGES > 2)\n")
 end = s.index("    rows = my_row0 + gl.arange(0, ROWS, layout=row_o)\n")
-new_loop = '''        gl.static_assert(VH_STAGES > 2)
+new_loop = '''        gl.static_assert(TILE_SIZE == 32 and VH_STAGES > 2)
         p_layout: gl.constexpr = gl.DotOperandLayout(
             operand_index=0, parent=o_layout, k_width=2
         )

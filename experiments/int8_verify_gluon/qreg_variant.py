@@ -48,7 +48,7 @@ def qreg(src: str, single: bool = False) -> str:
         "        REGS: gl.constexpr = 232\n",
     )
     # The 65-128-row loop: its first Q.K (before the loop) and the next tile's Q.K inside it.
-    head, rows = src.split("        gl.static_assert(VH_STAGES > 2)\n")
+    head, rows = src.split("        gl.static_assert(TILE_SIZE == 32 and VH_STAGES > 2)\n")
     rows = edit(rows, "            s_int, k_scale, v_scale = _tile_qk(\n                q_hi_smem,\n",
                 "            s_int, k_scale, v_scale = _tile_qk(\n                q_a,\n")
     rows = edit(rows, "s_nxt = warpgroup_mma(q_hi_smem, k_n,", "s_nxt = warpgroup_mma(q_a, k_n,")
@@ -56,7 +56,7 @@ def qreg(src: str, single: bool = False) -> str:
         head = edit(head, "    QUERY_PAIR: gl.constexpr = TILE_SPLIT\n", "    QUERY_PAIR: gl.constexpr = False\n")
         head = edit(head, "            s_int, k_scale, v_scale = _tile_qk(\n                q_hi_smem,\n",
                     "            s_int, k_scale, v_scale = _tile_qk(\n                q_a,\n")
-    return head + "        gl.static_assert(VH_STAGES > 2)\n" + rows
+    return head + "        gl.static_assert(TILE_SIZE == 32 and VH_STAGES > 2)\n" + rows
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ rep('''    vhfree = gl.allocate_shared_memory(gl.int64, [VH_STAGES, 1], bar_layo
     mbarrier.init(turn.index(0), count=1)
     mbarrier.init(turn.index(1), count=1)''')
 
-start = s.index("        gl.static_assert(VH_STAGES > 2)\n")
+start = s.index("        gl.static_assert(TILE_SIZE == 32 and VH_STAGES > 2)\n")
 end = s.index("    rows = my_row0 + gl.arange(0, ROWS, layout=row_o)\n")
 loop = '''        gl.static_assert(VH_STAGES > 1)
         # Phase k of consumer 0 follows phase k - 1 of consumer 1, phase k of
