@@ -251,6 +251,38 @@ def make_ws_kernel():
     return load(gen, "copy_probe_ws")
 
 
+def series_launch(kernel, case, segments, stages, ahead, vh, warps, regs):
+    """fn(copy index) launching the probe kernel of the series' producer over ``segments`` per (request, KV head)."""
+
+    def run(i):
+        kc, vc, ks, vs = case.int8[i]
+        cs, ss = kc.stride(), ks.stride()
+        kernel[(4, case.batch, segments)](
+            kc, vc, ks, vs, case.block_table, case.seq_lens, segments,
+            case.block_table.stride()[0], cs[0], cs[2], ss[0], ss[2],
+            HEAD_SIZE=256, BLOCK_SIZE=case.bs, TILE_SIZE=32, STAGES=stages, VH_STAGES=vh, AHEAD=ahead,
+            PRODUCER_WARPS=warps, PRODUCER_REGS=regs, num_warps=4, maxnreg=regs,
+        )
+
+    return run
+
+
+def ws_launch(ws_mod, case, segments, descs, stages, ahead, vh, warps, use_tma):
+    """fn(copy index) launching ws_verify.py's producer (cp.async, or K / V^T by TMA with ``descs``)."""
+
+    def run(i):
+        kc, vc, ks, vs = case.int8[i]
+        cs, ss = kc.stride(), ks.stride()
+        ws_mod.copy_probe_ws_kernel[(4, case.batch, segments)](
+            kc, vc, ks, vs, case.block_table, case.seq_lens, segments,
+            case.block_table.stride()[0], cs[0], cs[2], ss[0], ss[2], descs[i]["k_desc"], descs[i]["v_desc"],
+            HEAD_SIZE=256, BLOCK_SIZE=case.bs, TILE_SIZE=32, STAGES=stages, VH_STAGES=vh, AHEAD=ahead,
+            USE_TMA=use_tma, PRODUCER_WARPS=warps, PRODUCER_REGS=96, num_warps=4, maxnreg=96,
+        )
+
+    return run
+
+
 def time_into(row, key, fn, case):
     """us per call and TB/s of the INT8 cache into ``row``; a configuration that does not fit says so."""
     try:
@@ -292,36 +324,15 @@ def main():
                 # 64 registers let 4 programs of 8 warps share a multiprocessor; a 1-warp producer spills there.
                 regs = 64 if per_sm > 2 else 96
 
-                def run(i, kernel=kernel, stages=stages, ahead=ahead, vh=vh, warps=warps, regs=regs, segments=segments,
-                        case=case, batch=batch, bs=bs):
-                    kc, vc, ks, vs = case.int8[i]
-                    cs, ss = kc.stride(), ks.stride()
-                    kernel[(4, batch, segments)](
-                        kc, vc, ks, vs, case.block_table, case.seq_lens, segments,
-                        case.block_table.stride()[0], cs[0], cs[2], ss[0], ss[2],
-                        HEAD_SIZE=256, BLOCK_SIZE=bs, TILE_SIZE=32, STAGES=stages, VH_STAGES=vh, AHEAD=ahead,
-                        PRODUCER_WARPS=warps, PRODUCER_REGS=regs, num_warps=4, maxnreg=regs,
-                    )
-
-                time_into(row, f"{name}_p{per_sm}_s{stages}a{ahead}_w{warps}", run, case)
+                time_into(row, f"{name}_p{per_sm}_s{stages}a{ahead}_w{warps}",
+                          series_launch(kernel, case, segments, stages, ahead, vh, warps, regs), case)
         # ws_verify.py's producer: the same cp.async form, and K / V^T by TMA (one thread, 16-token boxes).
         for use_tma in (False, True):
             descs = [ws_mod._tma_descriptors(kc, vc, 256, use_tma) for kc, vc, _, _ in case.int8]
             for per_sm, stages, ahead, vh, warps in [(1, 4, 2, 2, 4), (1, 6, 4, 2, 4), (2, 3, 2, 2, 4)]:
                 segments = max(1, per_sm * sms // (batch * 4))
-
-                def run_ws(i, stages=stages, ahead=ahead, vh=vh, warps=warps, segments=segments, use_tma=use_tma,
-                           case=case, batch=batch, bs=bs, descs=descs):
-                    kc, vc, ks, vs = case.int8[i]
-                    cs, ss = kc.stride(), ks.stride()
-                    ws_mod.copy_probe_ws_kernel[(4, batch, segments)](
-                        kc, vc, ks, vs, case.block_table, case.seq_lens, segments,
-                        case.block_table.stride()[0], cs[0], cs[2], ss[0], ss[2], descs[i]["k_desc"], descs[i]["v_desc"],
-                        HEAD_SIZE=256, BLOCK_SIZE=bs, TILE_SIZE=32, STAGES=stages, VH_STAGES=vh, AHEAD=ahead,
-                        USE_TMA=use_tma, PRODUCER_WARPS=warps, PRODUCER_REGS=96, num_warps=4, maxnreg=96,
-                    )
-
-                time_into(row, f"ws_{'tma' if use_tma else 'cp'}_p{per_sm}_s{stages}a{ahead}_w{warps}", run_ws, case)
+                time_into(row, f"ws_{'tma' if use_tma else 'cp'}_p{per_sm}_s{stages}a{ahead}_w{warps}",
+                          ws_launch(ws_mod, case, segments, descs, stages, ahead, vh, warps, use_tma), case)
         row["fa3_bf16_tbps"] = round(case.bf16_bytes / row["fa3_us"] / 1e6, 3)
         row["decode_tbps"] = round(case.int8_bytes / row["decode_us"] / 1e6, 3)
         res.append(row)

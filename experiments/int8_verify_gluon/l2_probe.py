@@ -59,33 +59,9 @@ def producer_fns(case, kernel, ws_mod, sms, load=1.0):
     """copy_probe.py's series producer and ws_verify.py's TMA producer (1 program per SM at load 1; at load 0.5
     half as many programs, each with twice the tiles)."""
     segments = max(1, int(sms * load) // (case.batch * 4))
-    fns = {}
-
-    def run(i):
-        kc, vc, ks, vs = case.int8[i]
-        cs, ss = kc.stride(), ks.stride()
-        kernel[(4, case.batch, segments)](
-            kc, vc, ks, vs, case.block_table, case.seq_lens, segments,
-            case.block_table.stride()[0], cs[0], cs[2], ss[0], ss[2],
-            HEAD_SIZE=256, BLOCK_SIZE=case.bs, TILE_SIZE=32, STAGES=4, VH_STAGES=2, AHEAD=2,
-            PRODUCER_WARPS=4, PRODUCER_REGS=96, num_warps=4, maxnreg=96,
-        )
-
-    fns["producer_cp"] = run
     descs = [ws_mod._tma_descriptors(kc, vc, 256, True) for kc, vc, _, _ in case.int8]
-
-    def run_tma(i):
-        kc, vc, ks, vs = case.int8[i]
-        cs, ss = kc.stride(), ks.stride()
-        ws_mod.copy_probe_ws_kernel[(4, case.batch, segments)](
-            kc, vc, ks, vs, case.block_table, case.seq_lens, segments,
-            case.block_table.stride()[0], cs[0], cs[2], ss[0], ss[2], descs[i]["k_desc"], descs[i]["v_desc"],
-            HEAD_SIZE=256, BLOCK_SIZE=case.bs, TILE_SIZE=32, STAGES=4, VH_STAGES=2, AHEAD=2,
-            USE_TMA=True, PRODUCER_WARPS=4, PRODUCER_REGS=96, num_warps=4, maxnreg=96,
-        )
-
-    fns["producer_tma"] = run_tma
-    return fns
+    return {"producer_cp": CP.series_launch(kernel, case, segments, 4, 2, 2, 4, 96),
+            "producer_tma": CP.ws_launch(ws_mod, case, segments, descs, 4, 2, 2, 4, True)}
 
 
 # Other kernels in place of the series' wgmma kernel, "name=path,...": timed as int8_<name>; diffs against the series'
@@ -97,22 +73,23 @@ def load_kernel(name, path):
     return CP.load(path, "kvar_" + name).kernel_int8_split_kv_verify_wgmma
 
 
-def with_kernel(fn, kernel):
-    """fn with ``kernel`` in place of the series' wgmma kernel."""
+def with_attr(fn, name, value):
+    """fn with the split-KV module's ``name`` replaced by ``value`` for the call (the launcher looks both the wgmma
+    kernel and wgmma_pipeline() up there at each call)."""
 
     def run(i):
-        orig = SK.kernel_int8_split_kv_verify_wgmma
-        SK.kernel_int8_split_kv_verify_wgmma = kernel
+        orig = getattr(SK, name)
+        setattr(SK, name, value)
         try:
             fn(i)
         finally:
-            SK.kernel_int8_split_kv_verify_wgmma = orig
+            setattr(SK, name, orig)
 
     return run
 
 
-def with_pipeline(fn, pipe):
-    """fn with wgmma_pipeline() answering ``pipe`` for 65-128-row launches."""
+def pipeline(pipe):
+    """wgmma_pipeline() answering ``pipe`` for 65-128-row launches."""
     orig = SK.wgmma_pipeline
 
     def patched(geometry, tile_split, sliding_window, block_size):
@@ -122,14 +99,7 @@ def with_pipeline(fn, pipe):
             base["OVERLAP"] = bool(base["OVERLAP"])
         return types.MappingProxyType(base)
 
-    def run(i):
-        SK.wgmma_pipeline = patched
-        try:
-            fn(i)
-        finally:
-            SK.wgmma_pipeline = orig
-
-    return run
+    return patched
 
 
 def timed(fn, copies):
@@ -165,9 +135,10 @@ def main():
                 if fa:
                     row["fa3_us"] = timed(impls[fa[0]][0], case.copies_bf16)
                 row["int8_us"] = timed(impls["int8_split_kv"][0], case.copies)
-                variants = {n: with_kernel(impls["int8_split_kv"][0], k) for n, k in kvariants.items()}
+                series = impls["int8_split_kv"][0]
+                variants = {n: with_attr(series, "kernel_int8_split_kv_verify_wgmma", k) for n, k in kvariants.items()}
                 if qlen * 6 > 64:
-                    variants.update({n: with_pipeline(impls["int8_split_kv"][0], p) for n, p in PIPES.items()})
+                    variants.update({n: with_attr(series, "wgmma_pipeline", pipeline(p)) for n, p in PIPES.items()})
                 if variants and qlen > 1:
                     impls["int8_split_kv"][0](0)
                     ref = case.out.clone()
