@@ -40,7 +40,9 @@ CELLS = [tuple(int(v) for v in c.split(",")) for c in
 POOL_MB = float(os.environ.get("POOL_MB", "8"))
 # Extra pipelines for 65-128-row launches, "name:TILE_SIZE=64,STAGES=2,VH_STAGES=2,AHEAD=1,OVERLAP=0;...": each is
 # timed as int8_<name> (wgmma_pipeline() replaced for the call) and checked against the series' output.
-PIPES = {n: dict((k, int(v)) for k, v in (kv.split("=") for kv in spec.split(",")))
+# Two more keys (fifteenth session): SPLIT=1 gives the pipeline to launches of up to 64 rows (alternate tiles) instead,
+# and KERNEL=<a KVARIANTS name> runs that kernel with it.
+PIPES = {n: dict((k, v if k == "KERNEL" else int(v)) for k, v in (kv.split("=") for kv in spec.split(",")))
          for n, spec in (p.split(":") for p in os.environ.get("PIPES", "").split(";") if p)}
 
 
@@ -91,12 +93,15 @@ def with_attr(fn, name, value):
 def pipeline(pipe):
     """wgmma_pipeline() answering ``pipe`` for 65-128-row launches."""
     orig = SK.wgmma_pipeline
+    pipe = dict(pipe)
+    split = bool(pipe.pop("SPLIT", 0))
+    pipe.pop("KERNEL", None)
 
     def patched(geometry, tile_split, sliding_window, block_size):
         base = dict(orig(geometry, tile_split, sliding_window, block_size))
-        if not tile_split:
+        if tile_split == split:
             base.update(pipe)
-            base["OVERLAP"] = bool(base["OVERLAP"])
+            base["OVERLAP"] = bool(base.get("OVERLAP", 0))
         return types.MappingProxyType(base)
 
     return patched
@@ -137,8 +142,12 @@ def main():
                 row["int8_us"] = timed(impls["int8_split_kv"][0], case.copies)
                 series = impls["int8_split_kv"][0]
                 variants = {n: with_attr(series, "kernel_int8_split_kv_verify_wgmma", k) for n, k in kvariants.items()}
-                if qlen * 6 > 64:
-                    variants.update({n: with_attr(series, "wgmma_pipeline", pipeline(p)) for n, p in PIPES.items()})
+                for n, p in PIPES.items():
+                    if (qlen * 6 > 64) != bool(p.get("SPLIT", 0)):
+                        fn = with_attr(series, "wgmma_pipeline", pipeline(p))
+                        if "KERNEL" in p:
+                            fn = with_attr(fn, "kernel_int8_split_kv_verify_wgmma", kvariants[p["KERNEL"]])
+                        variants[n] = fn
                 if variants and qlen > 1:
                     impls["int8_split_kv"][0](0)
                     ref = case.out.clone()
