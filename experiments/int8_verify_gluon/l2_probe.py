@@ -143,7 +143,8 @@ def main():
                 series = impls["int8_split_kv"][0]
                 variants = {n: with_attr(series, "kernel_int8_split_kv_verify_wgmma", k) for n, k in kvariants.items()}
                 for n, p in PIPES.items():
-                    if (qlen * 6 > 64) != bool(p.get("SPLIT", 0)):
+                    # (up to 32 rows run the Triton kernel, which no pipeline changes)
+                    if qlen * 6 > 32 and (qlen * 6 > 64) != bool(p.get("SPLIT", 0)):
                         fn = with_attr(series, "wgmma_pipeline", pipeline(p))
                         if "KERNEL" in p:
                             fn = with_attr(fn, "kernel_int8_split_kv_verify_wgmma", kvariants[p["KERNEL"]])
