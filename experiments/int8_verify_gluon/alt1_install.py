@@ -2,15 +2,19 @@
 after overlay.sh): the wgmma kernel with one int8 query product for alternate tiles too (alt1_variant.py's file),
 the launcher's int8_split_kv_rounds_query() answering True for every wgmma launch (the tests' references then
 round the query as the kernel does), and, with T64=1, wgmma_pipeline() giving alternate-tile launches without a
-window 64-token tiles (2 int8 stages, 2 widened tiles, 1 ahead) where the block size is a multiple of 64.
+window the tiles and rings 65-128-row launches take (WGMMA_ROWS_TILE_SIZE, WGMMA_ROWS_STAGES, WGMMA_VH_STAGES: 64
+tokens, 2 int8 stages, 2 widened tiles, 1 ahead) where the block size is a multiple of that tile.
 Usage: python experiments/int8_verify_gluon/alt1_install.py SITE_DIR  (repo root; env T64)."""
 import os
-import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from alt1_variant import alt1_source  # noqa: E402
+
 ops = os.path.join(sys.argv[1], "vllm/v1/attention/ops")
-subprocess.run([sys.executable, "experiments/int8_verify_gluon/alt1_variant.py", "/tmp/wv"], check=True)
-open(os.path.join(ops, "triton_int8_split_kv_wgmma.py"), "w").write(open("/tmp/wv/alt1.py").read())
+kernel = os.path.join(ops, "triton_int8_split_kv_wgmma.py")
+text = alt1_source(open(kernel).read())
+open(kernel, "w").write(text)
 path = os.path.join(ops, "triton_int8_split_kv_attention.py")
 s = open(path).read()
 
@@ -25,8 +29,8 @@ rep("""        and not _wgmma_tile_split(geometry, rows, num_tokens, max_partial
     )""", """    )""")
 if os.environ.get("T64") == "1":
     rep("""    if not tile_split and sliding_window == 0:""",
-        """    if tile_split and sliding_window == 0 and block_size % 64 == 0:
-        tile_size, stages, vh_stages = 64, 2, 2
+        """    if tile_split and sliding_window == 0 and block_size % WGMMA_ROWS_TILE_SIZE == 0:
+        tile_size, stages = WGMMA_ROWS_TILE_SIZE, WGMMA_ROWS_STAGES
     if not tile_split and sliding_window == 0:""")
 open(path, "w").write(s)
 print("alt1 installed in", ops, "T64" if os.environ.get("T64") == "1" else "")

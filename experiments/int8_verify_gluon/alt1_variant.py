@@ -6,15 +6,21 @@ Offline (sm_90, blocks of 1,600, Triton 3.6), one product frees the q_lo stage (
 32-token tiles and 4 stages, so deeper rings fit) and takes 64-token alternate tiles from 56 bytes of stack with
 62 local loads and stores to 8 bytes with 4, both outside the loop (l2_probe.py's ``PIPES`` with ``SPLIT=1`` and
 ``KERNEL=alt1`` times them).
-Writes OUT_DIR/alt1.py.  Usage: python experiments/int8_verify_gluon/alt1_variant.py [OUT_DIR] (repo root)."""
+Writes OUT_DIR/alt1.py (from the series' file, or env SRC).  Usage: python experiments/int8_verify_gluon/alt1_variant.py [OUT_DIR] (repo root)."""
 import os
 import sys
 
-SRC = os.environ.get("SRC", "vllm/v1/attention/ops/triton_int8_split_kv_wgmma.py")
-out_dir = sys.argv[1] if len(sys.argv) > 1 else "/tmp/wv"
-os.makedirs(out_dir, exist_ok=True)
-s = open(SRC).read()
-old = "    QUERY_PAIR: gl.constexpr = TILE_SPLIT\n"
-assert s.count(old) == 1, "0006's QUERY_PAIR line moved: re-anchor alt1_variant.py"
-open(os.path.join(out_dir, "alt1.py"), "w").write(s.replace(old, "    QUERY_PAIR: gl.constexpr = False\n"))
-print(os.path.join(out_dir, "alt1.py"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ovl2_variant import BASE, rep  # noqa: E402  (the series' source; one exact occurrence per edit)
+
+
+def alt1_source(text):
+    """The kernel module's text with one query product for every launch."""
+    return rep(text, "    QUERY_PAIR: gl.constexpr = TILE_SPLIT\n", "    QUERY_PAIR: gl.constexpr = False\n")
+
+
+if __name__ == "__main__":
+    out_dir = sys.argv[1] if len(sys.argv) > 1 else "/tmp/wv"
+    os.makedirs(out_dir, exist_ok=True)
+    open(os.path.join(out_dir, "alt1.py"), "w").write(alt1_source(BASE))
+    print(os.path.join(out_dir, "alt1.py"))

@@ -91,7 +91,7 @@ def with_attr(fn, name, value):
 
 
 def pipeline(pipe):
-    """wgmma_pipeline() answering ``pipe`` for 65-128-row launches."""
+    """wgmma_pipeline() answering ``pipe`` for 65-128-row launches (with SPLIT=1: for alternate-tile launches)."""
     orig = SK.wgmma_pipeline
     pipe = dict(pipe)
     split = bool(pipe.pop("SPLIT", 0))
@@ -101,7 +101,7 @@ def pipeline(pipe):
         base = dict(orig(geometry, tile_split, sliding_window, block_size))
         if tile_split == split:
             base.update(pipe)
-            base["OVERLAP"] = bool(base.get("OVERLAP", 0))
+            base["OVERLAP"] = bool(base["OVERLAP"])
         return types.MappingProxyType(base)
 
     return patched

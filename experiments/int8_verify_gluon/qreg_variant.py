@@ -14,6 +14,7 @@ Offline: CUDA_VISIBLE_DEVICES= python experiments/int8_verify_gluon/offline_seri
 import os
 import sys
 
+from alt1_variant import alt1_source
 from ovl2_variant import BASE, rep as edit  # the series' source; one exact occurrence per edit
 
 
@@ -53,7 +54,7 @@ def qreg(src: str, single: bool = False) -> str:
                 "            s_int, k_scale, v_scale = _tile_qk(\n                q_a,\n")
     rows = edit(rows, "s_nxt = warpgroup_mma(q_hi_smem, k_n,", "s_nxt = warpgroup_mma(q_a, k_n,")
     if single:
-        head = edit(head, "    QUERY_PAIR: gl.constexpr = TILE_SPLIT\n", "    QUERY_PAIR: gl.constexpr = False\n")
+        head = alt1_source(head)
         head = edit(head, "            s_int, k_scale, v_scale = _tile_qk(\n                q_hi_smem,\n",
                     "            s_int, k_scale, v_scale = _tile_qk(\n                q_a,\n")
     return head + "        gl.static_assert(TILE_SIZE == 32 and VH_STAGES > 2)\n" + rows
