@@ -1,3 +1,4 @@
+# (Superseded: 0006 adopted this form through the launcher's QUERY_PAIR; this edit applies to the kernel before that.)
 """Puts alt1's form into an installed vLLM tree, for GPU tests of it (issue 20, fifteenth session; device side,
 after overlay.sh): the wgmma kernel with one int8 query product for alternate tiles too (alt1_variant.py's file),
 the launcher's int8_split_kv_rounds_query() answering True for every wgmma launch (the tests' references then

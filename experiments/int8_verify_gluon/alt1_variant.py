@@ -1,3 +1,4 @@
+# (Superseded: 0006 adopted this form through the launcher's QUERY_PAIR; this edit applies to the kernel before that.)
 """The series' wgmma verify kernel with one int8 query product for alternate tiles too (issue 20, fifteenth
 session).  With up to 64 rows (4-10 tokens at 6 query heads per KV head) the series splits each query row into int8
 high and low parts and runs two Q.K products per tile; for 65-128 rows it has rounded the row to int8 once since the

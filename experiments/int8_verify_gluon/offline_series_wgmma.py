@@ -2,7 +2,8 @@
 spills, loop SASS histogram, wgmma serialisation.
 Usage: CUDA_VISIBLE_DEVICES= python offline_series_wgmma.py BLOCK TILE_SPLIT [PATH]
 (env STAGES (4), VH (2 with TILE_SPLIT or WINDOW, else 3), AHEAD (2), WINDOW (0), TILE (32),
-OVERLAP (1 for 32-token tiles without TILE_SPLIT or WINDOW, where the kernel has it))"""
+OVERLAP (1 for 32-token tiles without TILE_SPLIT or WINDOW, where the kernel has it), QPAIR (1 for TILE_SPLIT with
+32-token tiles, where the kernel takes it))"""
 import os, re, sys; sys.path.insert(0, "experiments/int8_verify_gluon")
 from sass_stats import build, load_mod, loop_stats, sass, wgmma_serialized
 bs, split = int(sys.argv[1]), bool(int(sys.argv[2]))
@@ -17,6 +18,10 @@ consts = dict(num_query_heads=24, NUM_QUERIES_PER_KV=6, ROW_SPLITS=1, HEAD_SIZE=
 # Kernels since OVERLAP was added take the consumers' loop from the launcher (wgmma_pipeline()).
 if "OVERLAP" in k.arg_names:
     consts["OVERLAP"] = int(os.environ.get("OVERLAP", int(not split and "WINDOW" not in os.environ and consts["TILE_SIZE"] == 32)))
+# Kernels since QUERY_PAIR was added take the query's parts from the launcher too (the pair only for alternate
+# 32-token tiles; env QPAIR overrides).
+if "QUERY_PAIR" in k.arg_names:
+    consts["QUERY_PAIR"] = int(os.environ.get("QPAIR", int(split and consts["TILE_SIZE"] == 32)))
 c = build(None, k, consts, gluon=True, maxnreg=mod.MAX_REGISTERS)
 u, s = sass(c)
 open(f"/tmp/sass_series_wgmma_{bs}_{int(split)}.txt", "w").write(s)

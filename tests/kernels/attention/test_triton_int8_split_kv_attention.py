@@ -74,7 +74,9 @@ def _scratch(num_query_heads, head_size, partials=MAX_PARTIALS):
     )
 
 
-def _kernel_query(query, num_kv_heads, query_lens, kv_lens, geometry, window):
+def _kernel_query(
+    query, num_kv_heads, block_size, query_lens, kv_lens, geometry, window
+):
     """The query as the split-KV launch uses it, for references: rounded to
     int8 per row where the launch does that (int8_split_kv_rounds_query),
     else as given (the high and low int8 parts are exact to 1.6e-5)."""
@@ -91,7 +93,9 @@ def _kernel_query(query, num_kv_heads, query_lens, kv_lens, geometry, window):
             sliding_window=window,
         )
     rows = num_queries_per_kv * max(query_lens)
-    if not int8_split_kv_rounds_query(geometry, rows, query.shape[0], MAX_PARTIALS):
+    if not int8_split_kv_rounds_query(
+        geometry, rows, query.shape[0], MAX_PARTIALS, block_size, window
+    ):
         return query
     q = query.float()
     amax = q.abs().amax(dim=-1, keepdim=True)
@@ -127,6 +131,7 @@ def _split_kv(query, caches, cu_query_lens, block_tables, query_lens, kv_lens, *
     kernel_query = _kernel_query(
         query,
         key_cache.shape[2],
+        key_cache.shape[1],
         query_lens,
         kv_lens,
         kw.get("geometry"),
@@ -505,20 +510,22 @@ def test_int8_split_kv_block_sizes(block_size, tile_size):
 # Elsewhere (CPU, Triton's interpreter) the swapped kernel runs this
 # geometry, as in test_int8_split_kv_verify.
 @pytest.mark.skipif(not FULL, reason="the warpgroup-MMA kernel needs a GPU")
+@pytest.mark.parametrize("query_lens", [[16, 12], [6, 4], [10, 1]])
 @pytest.mark.parametrize("block_size", [16, 64, 1600])
 @torch.inference_mode()
-def test_int8_split_kv_verify_rows_in_64_token_tiles(block_size):
-    """12-16-token verify steps (96 and 72 rows per KV head): on Hopper the
-    warpgroup-MMA kernel reads them in 64-token tiles where the block size
-    is a multiple of 64 and in 32-token tiles with its overlapped loop at
-    16."""
+def test_int8_split_kv_verify_rows_in_64_token_tiles(block_size, query_lens):
+    """Verify steps of 12-16 tokens (96 and 72 rows per KV head, both
+    consumers on every tile) and of 4-10 tokens (up to 64 rows, alternate
+    tiles): on Hopper the warpgroup-MMA kernel reads them in 64-token tiles
+    where the block size is a multiple of 64 and in 32-token tiles at 16
+    (with its overlapped loop for 65-128 rows)."""
     torch.set_default_device(DEVICE_TYPE)
     torch.manual_seed(3)
     num_blocks = 8 if block_size > 256 else 64
     output, ref = _run_split_kv(
         (24, 4),
         256,
-        [16, 12],
+        query_lens,
         [block_size + 37, 2 * block_size + 5 if block_size > 256 else 77],
         num_blocks,
         geometry=Int8SplitKVGeometry(32, 4, 4, 4, 64, wgmma=True),
@@ -527,24 +534,47 @@ def test_int8_split_kv_verify_rows_in_64_token_tiles(block_size):
     torch.testing.assert_close(output, ref, atol=1.5e-2, rtol=1e-2)
 
 
-def test_wgmma_pipeline_takes_64_token_tiles_for_rows_in_one_block():
-    """65-128 rows without a window take 64-token tiles exactly where each
-    tile lies in one cache block; alternate tiles, windows and other block
-    sizes keep the geometry's tiles (65-128 rows with a third widened V
-    tile for the overlapped loop, the only launches that run it)."""
+def test_wgmma_pipeline_takes_64_token_tiles_within_blocks():
+    """Launches without a window take 64-token tiles and the rounded query
+    exactly where each tile lies in one cache block, whatever their rows;
+    windows and other block sizes keep the geometry's tiles, with the
+    query's exact pair for alternate tiles and, for 65-128 rows, a third
+    widened V tile for the overlapped loop (the only launches that run
+    it)."""
     from vllm.v1.attention.ops import triton_int8_split_kv_attention as mod
 
     geometry = Int8SplitKVGeometry(32, 32, 4, 4, 64, wgmma=True)
-    rows_64 = mod.wgmma_pipeline(geometry, False, 0, 1600)
-    assert rows_64 == dict(TILE_SIZE=64, STAGES=2, VH_STAGES=2, AHEAD=1, OVERLAP=False)
-    assert mod.wgmma_pipeline(geometry, False, 0, 64) == rows_64
+    tiles_64 = dict(
+        TILE_SIZE=64, STAGES=2, VH_STAGES=2, AHEAD=1, OVERLAP=False, QUERY_PAIR=False
+    )
+    for tile_split in (False, True):
+        for block_size in (64, 1600):
+            assert mod.wgmma_pipeline(geometry, tile_split, 0, block_size) == tiles_64
     for block_size in (16, 32, 48, 208):
         assert mod.wgmma_pipeline(geometry, False, 0, block_size) == dict(
-            TILE_SIZE=32, STAGES=4, VH_STAGES=3, AHEAD=2, OVERLAP=True
+            TILE_SIZE=32,
+            STAGES=4,
+            VH_STAGES=3,
+            AHEAD=2,
+            OVERLAP=True,
+            QUERY_PAIR=False,
         )
-    for tile_split, window in ((True, 0), (False, 2048), (True, 2048)):
-        assert mod.wgmma_pipeline(geometry, tile_split, window, 1600) == dict(
-            TILE_SIZE=32, STAGES=4, VH_STAGES=2, AHEAD=2, OVERLAP=False
+        assert mod.wgmma_pipeline(geometry, True, 0, block_size) == dict(
+            TILE_SIZE=32,
+            STAGES=4,
+            VH_STAGES=2,
+            AHEAD=2,
+            OVERLAP=False,
+            QUERY_PAIR=True,
+        )
+    for tile_split in (False, True):
+        assert mod.wgmma_pipeline(geometry, tile_split, 2048, 1600) == dict(
+            TILE_SIZE=32,
+            STAGES=4,
+            VH_STAGES=2,
+            AHEAD=2,
+            OVERLAP=False,
+            QUERY_PAIR=tile_split,
         )
 
 

@@ -220,11 +220,16 @@ WGMMA_PROGRAMS_PER_SM = 1
 # H200 (128K, 6 / 16 tokens: 132.7 / 205.3 us against 136.6 / 196.5).
 WGMMA_VH_STAGES = 2
 WGMMA_AHEAD = 2
-# With 65-128 rows (and no window), where each 64-token tile lies in one
-# cache block: 64-token tiles in two int8 stages, one copied ahead.  H100,
-# 12-16 tokens, 32K-128K, batch 1 and 8: 6-14% faster than 32-token tiles
-# at blocks of 1600 and 64 (128K, batch 1, 16 tokens: 143.7 instead of
-# 159.6 us), 3-8% slower at blocks of 16, which keep 32-token tiles.
+# Without a window, where each 64-token tile lies in one cache block:
+# 64-token tiles in two int8 stages, one copied ahead, and the query rounded
+# once (see wgmma_pipeline).  H100, 32K-128K, batch 1 and 8, blocks of 1600
+# (and 64), against 32-token tiles: 12-16 tokens 6-14% faster (128K, batch
+# 1, 16 tokens: 143.7 instead of 159.6 us); 6-8 tokens (alternate tiles)
+# 2-6% faster from HBM and 15-22% from L2, where the kernel runs at the
+# pace it keeps on an H200 (128K, batch 1, 6 tokens: 127.6 / 93.0 instead
+# of 132.2 / 116.3 us).  Blocks of 16 keep 32-token tiles: 3-8% slower
+# there with 12-16 tokens, and one rounded query in 32-token alternate
+# tiles 11% slower.
 WGMMA_ROWS_TILE_SIZE = 64
 WGMMA_ROWS_STAGES = 2
 
@@ -379,24 +384,30 @@ def wgmma_pipeline(
     sliding_window: int,
     block_size: int,
 ) -> MappingProxyType[str, int | bool]:
-    """Tile size, rings and loop of the warpgroup-MMA kernel (its
-    ``TILE_SIZE``, ``STAGES``, ``VH_STAGES``, ``AHEAD`` and ``OVERLAP``),
-    computed once per distinct launch (read-only: every layer call of a
-    step shares it).
+    """Tile size, rings, loop and query parts of the warpgroup-MMA kernel
+    (its ``TILE_SIZE``, ``STAGES``, ``VH_STAGES``, ``AHEAD``, ``OVERLAP``
+    and ``QUERY_PAIR``), computed once per distinct launch (read-only:
+    every layer call of a step shares it).
 
-    The geometry's tiles and the plain loop, except with 65-128 rows and no
-    window: there both consumers take every tile, in
-    ``WGMMA_ROWS_TILE_SIZE``-token tiles and ``WGMMA_ROWS_STAGES`` int8
-    stages where the block size is a multiple of it, else with ``OVERLAP``:
-    the next tile's Q.K overlaps this tile's softmax, which holds a third
-    widened V tile (see the kernel's loop)."""
+    Without a window, where the block size is a multiple of
+    ``WGMMA_ROWS_TILE_SIZE``, ``WGMMA_ROWS_TILE_SIZE``-token tiles in
+    ``WGMMA_ROWS_STAGES`` int8 stages, Q.K taking the query rounded to
+    int8 once.  Otherwise the geometry's tiles and the plain loop: with up
+    to 64 rows (alternate tiles) the query's exact int8 pair; with 65-128
+    rows the rounded query and ``OVERLAP``: the next tile's Q.K overlaps
+    this tile's softmax, which holds a third widened V tile (see the
+    kernel's loop)."""
     vh_stages = WGMMA_VH_STAGES
     tile_size, stages = geometry.tile_size, geometry.num_stages
     overlap = False
-    if not tile_split and sliding_window == 0:
+    query_pair = tile_split
+    if sliding_window == 0:
         if block_size % WGMMA_ROWS_TILE_SIZE == 0:
             tile_size, stages = WGMMA_ROWS_TILE_SIZE, WGMMA_ROWS_STAGES
-        else:
+            # (The pair's second query stage spills the consumers'
+            # registers at these tiles.)
+            query_pair = False
+        elif not tile_split:
             overlap = True
             vh_stages = max(vh_stages, 3)
     return MappingProxyType(
@@ -406,6 +417,7 @@ def wgmma_pipeline(
             VH_STAGES=vh_stages,
             AHEAD=min(WGMMA_AHEAD, stages - 1),
             OVERLAP=overlap,
+            QUERY_PAIR=query_pair,
         )
     )
 
@@ -424,15 +436,21 @@ def _wgmma_tile_split(
 
 
 def int8_split_kv_rounds_query(
-    geometry: Int8SplitKVGeometry, rows: int, num_tokens: int, max_partials: int
+    geometry: Int8SplitKVGeometry,
+    rows: int,
+    num_tokens: int,
+    max_partials: int,
+    block_size: int,
+    sliding_window: int = 0,
 ) -> bool:
     """Whether a split-KV launch rounds each query row to one int8 part.
 
     The kernels split a query row into int8 high and low parts, exact to
-    1.6e-5 of the row's largest element, except Hopper's verify kernel when
-    its two consumers hold ``block_m`` rows each (65-128 rows at the default
-    geometry): there Q.K takes the row rounded to int8 once, within 1/254 of
-    its largest element (see ``triton_int8_split_kv_wgmma``).
+    1.6e-5 of the row's largest element, except Hopper's verify kernel
+    where ``wgmma_pipeline`` says so (65-128 rows at the default geometry,
+    and every launch in 64-token tiles): there Q.K takes the row rounded to
+    int8 once, within 1/254 of its largest element (see
+    ``triton_int8_split_kv_wgmma``).
 
     Args:
         geometry: The launch geometry (as passed or selected).
@@ -440,12 +458,14 @@ def int8_split_kv_rounds_query(
             longest query.
         num_tokens: Number of query tokens (rows of ``q``).
         max_partials: Partial results the scratch buffers hold.
+        block_size: Tokens per cache block.
+        sliding_window: The layer's window (0: none).
     """
-    return (
-        geometry.wgmma
-        and _wgmma_supported()
-        and not _wgmma_tile_split(geometry, rows, num_tokens, max_partials)
-    )
+    if not (geometry.wgmma and _wgmma_supported()):
+        return False
+    tile_split = _wgmma_tile_split(geometry, rows, num_tokens, max_partials)
+    pipeline = wgmma_pipeline(geometry, tile_split, sliding_window, block_size)
+    return not pipeline["QUERY_PAIR"]
 
 
 def _pv_chunk(geometry: Int8SplitKVGeometry, head_size: int) -> int:

@@ -21,26 +21,31 @@ axis, and runs three warpgroups:
 
 With up to 64 rows (``TILE_SPLIT``: up to 10 tokens at 6 query heads per KV
 head) both consumers hold the same rows and take alternate tiles, each
-writing its own partial result; their query is split into int8 high and low
-parts (as in ``triton_int8_split_kv_attention``), two products into one
-int32 accumulator (254 times the high part's, then the low part's added),
-exact to 1.6e-5.  With 65-128 rows (12-16 tokens) consumer ``c`` holds rows
-``64 c .. 64 c + 63`` and both consume every tile, so a tile is copied and
-widened once for all rows.  Where the cache's blocks hold whole 64-token
-tiles the launcher gives these tiles 64 tokens (6-14% faster on an H100 at
-blocks of 1600: half the tiles' fixed cost, and each channel's V run is 64
-contiguous bytes rather than 32), and each consumer runs the plain loop (the
-next tile's Q.K overlapping this tile's softmax would not fit its
-registers); with 32-token tiles it overlaps them (``OVERLAP``,
-FlashAttention-3's intra-warpgroup overlap).  There Q.K takes one int8
-product of the query rounded per row, and a warp rescales its rows of the
-accumulator only where they moved: together 14-20% faster on an H200 than
-the pair, whose second product doubles Q.K's tensor work and its
-shared-memory reads; the rounding (up to 1/254 of a row's largest element)
-adds less to the error against exact attention than the cache's own INT8
-quantisation.  Stages pass between the partitions through mbarriers:
-``ready`` (copied and widened), ``kfree`` (Q.K done) and ``vhfree`` (P.V
-done).
+writing its own partial result.  With 65-128 rows (12-16 tokens) consumer
+``c`` holds rows ``64 c .. 64 c + 63`` and both consume every tile, so a
+tile is copied and widened once for all rows.  Where the cache's blocks
+hold whole 64-token tiles the launcher gives every tile 64 tokens (half the
+tiles' fixed cost, and each channel's V run is 64 contiguous bytes rather
+than 32; on an H100 at blocks of 1600: 6-14% faster with 65-128 rows, and
+with alternate tiles 15-22% faster from L2, 2-6% from its HBM), and each
+consumer runs the plain loop (the next tile's Q.K overlapping this tile's
+softmax would not fit its registers); 65-128 rows in 32-token tiles overlap
+them (``OVERLAP``, FlashAttention-3's intra-warpgroup overlap).
+
+Q.K takes one int8 product of the query rounded per row, within 1/254 of
+the row's largest element, except for alternate 32-token tiles
+(``QUERY_PAIR``): there the query is split into int8 high and low parts (as
+in ``triton_int8_split_kv_attention``), two products into one int32
+accumulator (254 times the high part's, then the low part's added), exact
+to 1.6e-5.  With 65-128 rows the single product, and a warp rescaling its
+rows of the accumulator only where they moved, were together 14-20% faster
+on an H200 than the pair, whose second product doubles Q.K's tensor work
+and its shared-memory reads; in 64-token tiles the pair's second query
+stage would spill the consumers' registers.  The rounding adds less to the
+error against exact attention than the cache's own INT8 quantisation.
+
+Stages pass between the partitions through mbarriers: ``ready`` (copied
+and widened), ``kfree`` (Q.K done) and ``vhfree`` (P.V done).
 
 Partial results have the layout of ``kernel_int8_split_kv_attention``'s,
 ``2 * num_segments`` of them per token with ``TILE_SPLIT``, and its reduce
@@ -491,6 +496,7 @@ def _consumer(
     RESCALE_THRESHOLD: gl.constexpr,
     SLIDING_WINDOW: gl.constexpr,
     TILE_SPLIT: gl.constexpr,
+    QUERY_PAIR: gl.constexpr,
     C: gl.constexpr,  # which consumer (0 or 1)
 ):
     NUM_WARPS: gl.constexpr = gl.num_warps()
@@ -519,10 +525,8 @@ def _consumer(
 
     # Row r is query token r // G, query head kv_head_idx * G + r % G
     # (G = NUM_QUERIES_PER_KV).  With s = max|Q| / 127 per row, Q / s is
-    # q_hi + q_lo / 254 with alternate tiles (254 * (q_hi . K) + q_lo . K
-    # is exact in int32), q_hi rounded alone with 65-128 rows (see the
-    # module's docstring).
-    QUERY_PAIR: gl.constexpr = TILE_SPLIT
+    # q_hi + q_lo / 254 with QUERY_PAIR (254 * (q_hi . K) + q_lo . K is
+    # exact in int32), else q_hi rounded alone (see the module's docstring).
     r_q = my_row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, ROW_LOAD))
     d_q = gl.arange(0, HEAD_SIZE, layout=gl.SliceLayout(0, ROW_LOAD))
     tok_q = r_q // NUM_QUERIES_PER_KV
@@ -757,6 +761,7 @@ def kernel_int8_split_kv_verify_wgmma(
     AHEAD: gl.constexpr,  # tiles copied ahead of the widening
     OVERLAP: gl.constexpr,  # consumers overlap Q.K with the softmax
     TILE_SPLIT: gl.constexpr,  # 64 rows, alternate tiles (else 128 rows)
+    QUERY_PAIR: gl.constexpr,  # the query's int8 high and low parts
     P_LOG2_SCALE: gl.constexpr,  # P and l carry a factor 2**P_LOG2_SCALE
     RESCALE_THRESHOLD: gl.constexpr,
     SLIDING_WINDOW: gl.constexpr,  # keys per query position (0: all)
@@ -920,6 +925,7 @@ def kernel_int8_split_kv_verify_wgmma(
                     RESCALE_THRESHOLD,
                     SLIDING_WINDOW,
                     TILE_SPLIT,
+                    QUERY_PAIR,
                     0,
                 ),
             ),
@@ -968,6 +974,7 @@ def kernel_int8_split_kv_verify_wgmma(
                     RESCALE_THRESHOLD,
                     SLIDING_WINDOW,
                     TILE_SPLIT,
+                    QUERY_PAIR,
                     1,
                 ),
             ),
