@@ -550,31 +550,16 @@ def test_wgmma_pipeline_takes_64_token_tiles_within_blocks():
     for tile_split in (False, True):
         for block_size in (64, 1600):
             assert mod.wgmma_pipeline(geometry, tile_split, 0, block_size) == tiles_64
+    tiles_32 = dict(TILE_SIZE=32, STAGES=4, VH_STAGES=2, AHEAD=2, OVERLAP=False)
+    overlapped = dict(tiles_32, VH_STAGES=3, OVERLAP=True, QUERY_PAIR=False)
     for block_size in (16, 32, 48, 208):
-        assert mod.wgmma_pipeline(geometry, False, 0, block_size) == dict(
-            TILE_SIZE=32,
-            STAGES=4,
-            VH_STAGES=3,
-            AHEAD=2,
-            OVERLAP=True,
-            QUERY_PAIR=False,
-        )
+        assert mod.wgmma_pipeline(geometry, False, 0, block_size) == overlapped
         assert mod.wgmma_pipeline(geometry, True, 0, block_size) == dict(
-            TILE_SIZE=32,
-            STAGES=4,
-            VH_STAGES=2,
-            AHEAD=2,
-            OVERLAP=False,
-            QUERY_PAIR=True,
+            tiles_32, QUERY_PAIR=True
         )
     for tile_split in (False, True):
         assert mod.wgmma_pipeline(geometry, tile_split, 2048, 1600) == dict(
-            TILE_SIZE=32,
-            STAGES=4,
-            VH_STAGES=2,
-            AHEAD=2,
-            OVERLAP=False,
-            QUERY_PAIR=tile_split,
+            tiles_32, QUERY_PAIR=tile_split
         )
 
 
