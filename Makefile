@@ -14,7 +14,7 @@ help:
 	@echo "make install   build the fork wheel from the pinned upstream wheel and install it into $(VENV)"
 	@echo "make test      the whole CPU test suite (tool tests + fork tests + upstream regression + each commit's own tests at that commit)"
 	@echo "make test-gpu  the GPU regression suite (kernels at full size, backend, engine); fails without a usable GPU (ALLOW_NO_GPU=1 skips)"
-	@echo "               stage by stage, each stopped after GPU_TIME_LIMIT=480 s; STAGE=kernels|kernels-grid|backend|upstream|engine|spec|tp|no-compile|spec-warmup|spec-warmup-bf16|spec-ngram: one"
+	@echo "               stage by stage, each stopped after GPU_TIME_LIMIT=480 s; STAGE=kernels|kernels-grid|backend|upstream|engine|spec|spec-64|tp|no-compile|spec-warmup|spec-warmup-bf16|spec-ngram: one"
 	@echo "make patches   materialize the fork tree and export dist/patches/v0.26.0/NNNN-*.patch"
 	@echo "make check     series applies exactly, is canonical, passes upstream's lint"
 	@echo "make status    the series and the installed version"

@@ -237,6 +237,14 @@ def script_parser(
         "--config-only): speed and memory only, no quality",
     )
     p.add_argument(
+        "--block-size",
+        type=int,
+        default=None,
+        help="vLLM's --block-size; on a hybrid model the attention block is "
+        "the smallest multiple of it that holds a Gated DeltaNet state, so 64 "
+        "makes it a multiple of 64 (default: vLLM's choice)",
+    )
+    p.add_argument(
         "--quantization",
         choices=QUANTIZATIONS,
         default=None,
@@ -259,6 +267,7 @@ def engine_settings(args: argparse.Namespace) -> dict[str, Any]:
         ],
         "load_format": args.load_format,
         "quantization": args.quantization,
+        "block_size": args.block_size,
     }
 
 
@@ -273,7 +282,8 @@ def engine_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
     num_spec_tokens, max_model_len, max_num_batched_tokens, enforce_eager,
     gpu_memory_utilization, kv_cache_memory_gib, load_format (also the
     drafter's: vLLM loads it with the target's load config), quantization
-    (None or one of QUANTIZATIONS: vLLM's online weight quantization).
+    (None or one of QUANTIZATIONS: vLLM's online weight quantization),
+    block_size (None: vLLM's choice).
     """
     load_format = cfg.get("load_format", "auto")
     if load_format not in LOAD_FORMATS:
@@ -312,6 +322,8 @@ def engine_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
         if quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization {quantization!r} not in {QUANTIZATIONS}")
         kwargs["quantization"] = quantization
+    if cfg.get("block_size"):
+        kwargs["block_size"] = cfg["block_size"]
     if cfg.get("kv_cache_memory_gib"):
         kwargs["kv_cache_memory_bytes"] = int(cfg["kv_cache_memory_gib"] * 2**30)
     if cfg.get("speculative_config"):

@@ -255,6 +255,7 @@ def run(args: argparse.Namespace) -> dict:
         "comparisons": comparisons,
         "spec_decode": {n: r["spec_decode"] for n, r in results.items()},
         "path_counter": {n: r["path_counter"] for n, r in results.items()},
+        "kv_cache": {n: r.get("kv_cache") for n, r in results.items()},
         "provenance": {n: r["provenance"] for n, r in results.items()},
         "tokens": {n: r["runs"] for n, r in results.items()},
     }

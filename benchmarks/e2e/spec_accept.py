@@ -334,6 +334,19 @@ def run(args: argparse.Namespace) -> dict:
     return build_report(info, prompts, results, args)
 
 
+def attention_block_sizes(result: dict) -> list[int]:
+    """Tokens per block of the attention layers' KV-cache groups in one
+    engine run (every worker), from its ``kv_cache`` report."""
+    return sorted(
+        {
+            group["block_size"]
+            for worker in result.get("kv_cache") or []
+            for group in worker["groups"]
+            if group["attention"]
+        }
+    )
+
+
 def build_report(
     info: dict, prompts: list[list[int]], results: dict, args: argparse.Namespace
 ) -> dict:
@@ -361,6 +374,7 @@ def build_report(
         }
         drift = margin_drift(plain, spec)
         report["runs"][kv] = {
+            "attention_block_sizes": attention_block_sizes(spec),
             "summary": summary,
             "divergences_per_1000_tokens": 1000 * summary["ties"] / max(tokens, 1),
             "spec_decode": stats,

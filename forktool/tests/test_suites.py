@@ -115,7 +115,7 @@ def test_gpu_suite_runs_each_stage_in_its_own_pytest(gpu_cli, capsys):
     calls, rcs = gpu_cli
     stages = stages_of(GPU_SUITE)
     rcs.extend([0, 124, 0, 1] + [0] * (len(stages) - 4))
-    assert len(stages) == 11
+    assert len(stages) == 12
     assert cli.main(["test", "--gpu", "--time-limit", "480"]) == 124
     assert len(calls) == len(stages)
     for (cmd, limit), stage in zip(calls, stages, strict=True):

@@ -132,6 +132,22 @@ def test_spec_step_classes_from_per_position_counts():
     }
 
 
+def test_spec_attention_block_sizes_from_the_kv_cache_report():
+    import spec_accept
+
+    def group(block_size, attention):
+        return {"block_size": block_size, "attention": attention}
+
+    result = {
+        "kv_cache": [
+            {"groups": [group(434, False), group(256, True)]},
+            {"groups": [group(434, False), group(128, True), group(256, True)]},
+        ]
+    }
+    assert spec_accept.attention_block_sizes(result) == [128, 256]
+    assert spec_accept.attention_block_sizes({"kv_cache": None}) == []
+
+
 def test_spec_margin_stats():
     import spec_accept
 
@@ -319,6 +335,28 @@ def test_load_format_parses_and_reaches_the_engine_kwargs():
         p.parse_args(["--load-format", "safetensors"])
     with pytest.raises(ValueError, match="load_format"):
         e2e_common.engine_kwargs({**cfg, "load_format": "bogus"})
+
+
+def test_block_size_parses_and_reaches_the_engine_kwargs():
+    """--block-size becomes vLLM's ``block_size`` engine argument in every
+    script; without it the engine gets none (vLLM chooses)."""
+    import dataclasses
+
+    import greedy_compare
+    import spec_accept
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    assert "block_size" in {f.name for f in dataclasses.fields(EngineArgs)}
+    cfg = {"model": "m", "kv": "int8-triton"}
+    for p in (greedy_compare.parser(), spec_accept.parser()):
+        args = p.parse_args(["--block-size", "64"])
+        kwargs = e2e_common.engine_kwargs({**cfg, **e2e_common.engine_settings(args)})
+        assert kwargs["block_size"] == 64
+        default = e2e_common.engine_settings(p.parse_args([]))
+        assert "block_size" not in e2e_common.engine_kwargs({**cfg, **default})
+        with pytest.raises(SystemExit):
+            p.parse_args(["--block-size", "sixty-four"])
 
 
 def test_quantization_parses_and_reaches_the_engine_kwargs():

@@ -144,6 +144,30 @@ def test_ngram_speculation_accepts_and_is_lossless(results_dir):
     _assert_passed(report, "runs", ("summary", "step_classes", "spec_decode"))
 
 
+def test_ngram_verify_in_64_token_tiles_is_lossless(results_dir):
+    """The same with attention blocks that are multiples of 64 (vLLM's
+    ``--block-size 64`` on the hybrid model), where Hopper's verify kernel
+    takes 64-token tiles with each query row rounded to int8 once instead
+    of the exact high/low pair: still lossless against plain INT8 greedy,
+    and verify launches at several query lengths."""
+    import spec_accept
+
+    args = spec_accept.parser().parse_args(
+        [
+            "--results-dir",
+            str(results_dir / "spec_accept_blocks_of_64"),
+            "--block-size",
+            "64",
+            "--kv",
+            "int8-triton",
+        ]
+    )
+    report = spec_accept.run(args)
+    blocks = report["runs"]["int8-triton"]["attention_block_sizes"]
+    assert blocks and all(b % 64 == 0 for b in blocks), blocks
+    _assert_passed(report, "runs", ("summary", "step_classes", "spec_decode"))
+
+
 @pytest.mark.skipif(
     torch.accelerator.device_count() < 2,
     reason="tensor parallelism needs two CUDA devices",
