@@ -517,6 +517,11 @@ def _kv_cache_rpc(worker) -> dict[str, Any]:
         "num_blocks": config.num_blocks,
         "kv_cache_bytes": sum(t.size for t in config.kv_cache_tensors),
         "groups": groups,
+        # The attention kernels' block of each group (vLLM splits larger
+        # KV-manager blocks into kernel blocks).
+        "kernel_block_sizes": list(
+            getattr(worker.model_runner, "_kernel_block_sizes", None) or []
+        ),
         # Tokens each attention layer can hold (one block per layer and
         # block_size tokens per block).
         "pool_tokens": config.num_blocks * min(block_sizes) if block_sizes else 0,
