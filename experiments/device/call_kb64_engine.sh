@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Kernel blocks of 64 for int8_per_token_head (experiments/kernel_block_64/): the Triton backend, with an INT8 cache,
-# prefers blocks of 64 and offers kernel blocks of 16/32/64, so vLLM splits a hybrid model's large attention blocks
-# into 64-token kernel blocks.  Overlays that diff on the series, then greedy INT8 vs BF16 with and without DFlash on
-# the successor model at vLLM's default block size (4 engines side by side, ~3 min) and prints each engine's
-# KV-manager and kernel block sizes.  Carry [".carry/vllm026", "dist/patches"].
+# Kernel blocks of 64 for int8_per_token_head (commit 0013; experiments/kernel_block_64/): the Triton backend, with
+# an INT8 cache, prefers blocks of 64 and offers kernel blocks of 16/32/64, so vLLM splits a hybrid model's large
+# attention blocks into 64-token kernel blocks.  Greedy INT8 vs BF16 with and without DFlash on the successor model at
+# vLLM's default block size (4 engines side by side, ~3 min); prints each engine's KV-manager and kernel block sizes.
+# (The 2026-12-07 run overlaid 0013's code as a diff before it was a commit; the series now carries it.)
+# Carry [".carry/vllm026", "dist/patches"].
 cd "$(dirname "$0")/../.."
 nvidia-smi --query-gpu=name --format=csv,noheader | head -1
 source .carry/vllm026/install.sh >/dev/null
 bash .carry/vllm026/overlay.sh dist/patches/v0.26.0 >/dev/null
-patch -p1 -d /tmp/site < experiments/kernel_block_64/triton_attn_kernel_block_64.diff || exit 3
 grep -c INT8_KERNEL_BLOCK_SIZE /tmp/site/vllm/v1/attention/backends/triton_attn.py
 export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1
 T0=$(date +%s)
