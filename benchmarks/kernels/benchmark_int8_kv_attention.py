@@ -422,8 +422,9 @@ def main():
         "--block-sizes",
         type=int,
         nargs="+",
-        default=[16, 1600],
-        help="tokens per cache block (Qwen3.5-27B with an INT8 cache: 1600)",
+        default=[16, 64, 1600],
+        help="tokens per kernel block: the backend's block, or the cache block "
+        "when it is not split (Qwen3.5-27B with an INT8 cache: 1600)",
     )
     parser.add_argument("--num-q-heads", type=int, default=24)
     parser.add_argument("--num-kv-heads", type=int, default=4)
