@@ -760,62 +760,57 @@ def _segment_tiles(
 
 
 @triton.jit
-def _kv_mask(kv_pos, q_pos, kv_limit, SLIDING_WINDOW: tl.constexpr):
-    """Which keys (``kv_pos``, broadcast against the query rows' positions
-    ``q_pos`` and key limits ``kv_limit``) the query rows see."""
-    visible = kv_pos < kv_limit
+def _kv_range(q_pos, causal, seq_len, SLIDING_WINDOW: tl.constexpr):
+    """The keys ``[kv_lo, kv_hi)`` each query row (at position ``q_pos``)
+    sees: up to its own position (causal) or the context's end, and with a
+    sliding window |q_pos - kv_pos| < W (keys after the query exist only for
+    non-causal steps: the unified kernel's band)."""
+    kv_hi = tl.where(causal != 0, q_pos + 1, seq_len)
+    kv_lo = kv_hi  # unused without a window
     if SLIDING_WINDOW > 0:
-        # |q_pos - kv_pos| < W; keys after the query exist only for
-        # non-causal steps (the unified kernel's band).
-        visible &= (q_pos - kv_pos < SLIDING_WINDOW) & (kv_pos - q_pos < SLIDING_WINDOW)
+        kv_lo = q_pos - (SLIDING_WINDOW - 1)
+        kv_hi = tl.minimum(kv_hi, q_pos + SLIDING_WINDOW)
+    return kv_lo, kv_hi
+
+
+@triton.jit
+def _kv_mask(kv_pos, kv_lo, kv_hi, SLIDING_WINDOW: tl.constexpr):
+    """Which keys (``kv_pos``, broadcast against the query rows' ranges from
+    :func:`_kv_range`) the query rows see."""
+    visible = kv_pos < kv_hi
+    if SLIDING_WINDOW > 0:
+        visible &= kv_pos >= kv_lo
     return visible
 
 
 @triton.jit
-def _loop_bounds(
-    tile_lo, full_lo, full_hi, tile_hi, MASKED: tl.constexpr, WINDOW: tl.constexpr
-):
-    """Iterations ``[lo, hi)`` of the unmasked or the masked KV loop.  The
-    masked loop of a sliding-window layer walks the tiles at the window's
-    start before the last ones (see :func:`_loop_tile`)."""
-    if MASKED:
-        lo = full_hi
-        if WINDOW:
-            lo = full_hi - (full_lo - tile_lo)
-        hi = tile_hi
-    else:
+def _loop_bounds(tile_lo, full_lo, full_hi, tile_hi, LOOP: tl.constexpr):
+    """The tiles ``[lo, hi)`` of KV loop ``LOOP``: 0, the tiles every query
+    row sees whole (no mask); 1, the last ones (past the context or partly
+    hidden by the causal mask); 2, with a sliding window, the first ones (at
+    the window's start).  Each loop walks its own tiles, so no loop carries
+    the other's bounds (a loop over both ends spilled registers with a
+    window)."""
+    if LOOP == 0:
         lo = full_lo
         hi = full_hi
+    elif LOOP == 1:
+        lo = full_hi
+        hi = tile_hi
+    else:
+        lo = tile_lo
+        hi = full_lo
     return lo, hi
 
 
 @triton.jit
-def _loop_tile(i, lo, full_hi, tile_lo, MASKED: tl.constexpr, WINDOW: tl.constexpr):
-    """The KV tile of iteration ``i`` of a loop from :func:`_loop_bounds`."""
-    tile = i
-    if MASKED and WINDOW:
-        tile = tl.where(i < full_hi, i - lo + tile_lo, i)
-    return tile
-
-
-@triton.jit
 def _loop_block(
-    block_table_row,
-    i,
-    lo,
-    hi,
-    full_hi,
-    tile_lo,
-    MASKED: tl.constexpr,
-    WINDOW: tl.constexpr,
-    TILE_SIZE: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr,
+    block_table_row, i, hi, TILE_SIZE: tl.constexpr, BLOCK_SIZE: tl.constexpr
 ):
-    """The block-table entry of the tile of iteration ``min(i, hi - 1)`` of a
-    loop from :func:`_loop_bounds` (tile 0's for an empty loop: a tile that
-    exists)."""
-    tile = _loop_tile(tl.minimum(i, hi - 1), lo, full_hi, tile_lo, MASKED, WINDOW)
-    return _tile_block(block_table_row, tl.maximum(tile, 0), TILE_SIZE, BLOCK_SIZE)
+    """The block-table entry of tile ``min(i, hi - 1)`` (tile 0's for an
+    empty loop: a tile that exists)."""
+    tile = tl.maximum(tl.minimum(i, hi - 1), 0)
+    return _tile_block(block_table_row, tile, TILE_SIZE, BLOCK_SIZE)
 
 
 # Context segments, the block-table row stride and causality are runtime
@@ -886,7 +881,6 @@ def kernel_int8_split_kv_attention(
     token_idx = (q_start + q_tok).to(tl.int64)
     # The query tokens are the request's last q_len positions.
     q_pos = seq_len - q_len + q_tok
-    kv_limit = tl.where(causal != 0, q_pos + 1, seq_len)
 
     # Q : (BLOCK_M, HEAD_SIZE) as two int8 parts, Q / s = q_hi + q_lo / 254.
     Q = tl.load(
@@ -925,15 +919,14 @@ def kernel_int8_split_kv_attention(
     ks_head_ptr = k_scale_ptr + kv_head_idx * stride_scale_head
     vs_head_ptr = v_scale_ptr + kv_head_idx * stride_scale_head
 
-    # Two loops: tiles that every query row sees whole, without masks, then
-    # the others: with a sliding window the first ones of the window, then
-    # the last ones (past the context or partly hidden by the causal mask).
-    for masked in tl.static_range(2):
-        lo, hi = _loop_bounds(
-            tile_lo, full_lo, full_hi, tile_hi, masked, SLIDING_WINDOW > 0
-        )
-        for i in range(lo, hi):
-            j = _loop_tile(i, lo, full_hi, tile_lo, masked, SLIDING_WINDOW > 0)
+    # The tiles that every query row sees whole, without masks, then the
+    # masked ones (see _loop_bounds): the last ones and, with a sliding
+    # window, the first ones.
+    for loop in tl.static_range(3 if SLIDING_WINDOW > 0 else 2):
+        lo, hi = _loop_bounds(tile_lo, full_lo, full_hi, tile_hi, loop)
+        if loop > 0:
+            kv_lo, kv_hi = _kv_range(q_pos, causal, seq_len, SLIDING_WINDOW)
+        for j in range(lo, hi):
             K, V, k_scale, v_scale = _load_tile(
                 k_head_ptr,
                 v_head_ptr,
@@ -948,7 +941,7 @@ def kernel_int8_split_kv_attention(
                 BLOCK_SIZE,
                 TILE_SIZE,
                 RUN,
-                masked,
+                loop > 0,
                 V_CHANNELS=PV_CHUNK < HEAD_SIZE,
             )
             # 254 * (q_hi . K) + q_lo . K from two independent int8 dots (each
@@ -956,13 +949,13 @@ def kernel_int8_split_kv_attention(
             S_hi = tl.dot(q_hi, K, out_dtype=tl.int32).to(tl.float32)
             S_lo = tl.dot(q_lo, K, out_dtype=tl.int32).to(tl.float32)
             S = (S_hi * 254.0 + S_lo) * row_qk_scale[:, None] * k_scale[None, :]
-            if masked:
+            if loop > 0:
                 kv_pos = j * TILE_SIZE + tl.arange(0, TILE_SIZE)
                 S = tl.where(
                     _kv_mask(
                         kv_pos[None, :],
-                        q_pos[:, None],
-                        kv_limit[:, None],
+                        kv_lo[:, None],
+                        kv_hi[:, None],
                         SLIDING_WINDOW,
                     ),
                     S,
@@ -1005,7 +998,7 @@ def kernel_int8_split_kv_attention(
                         PV_CHUNK,
                         BLOCK_SIZE,
                         TILE_SIZE,
-                        masked,
+                        loop > 0,
                     )
                     new_accs = new_accs + (
                         tl.dot(P_v, _int8_to_dot_operand(V_c, WIDEN), accs[c]),
@@ -1109,7 +1102,7 @@ def kernel_int8_split_kv_verify(
     token_idx = (q_start + q_tok).to(tl.int64)
     # The query tokens are the request's last q_len positions.
     q_pos = seq_len - q_len + q_tok
-    kv_limit = tl.where(causal != 0, q_pos + 1, seq_len)
+    kv_lo, kv_hi = _kv_range(q_pos, causal, seq_len, SLIDING_WINDOW)
 
     # Q^T : (HEAD_SIZE, BLOCK_R), as int8 in units of s = max|Q| / 127 over
     # all rows of the program: one scale keeps a row vector out of the loop,
@@ -1172,10 +1165,8 @@ def kernel_int8_split_kv_verify(
 
     # As in kernel_int8_split_kv_attention: the tiles every row sees whole,
     # then the masked ones.
-    for masked in tl.static_range(2):
-        lo, hi = _loop_bounds(
-            tile_lo, full_lo, full_hi, tile_hi, masked, SLIDING_WINDOW > 0
-        )
+    for loop in tl.static_range(3 if SLIDING_WINDOW > 0 else 2):
+        lo, hi = _loop_bounds(tile_lo, full_lo, full_hi, tile_hi, loop)
         if RUN == TILE_SIZE:
             # Each tile lies in one cache block, whose block-table entry is
             # read one iteration ahead: read in the iteration that uses it,
@@ -1183,33 +1174,12 @@ def kernel_int8_split_kv_verify(
             # wait also drains the next tile's K/V copies, so no load would
             # stay in flight across a tile's work.  (An empty loop reads a
             # tile that exists.)
-            next_block = _loop_block(
-                block_table_row,
-                lo,
-                lo,
-                hi,
-                full_hi,
-                tile_lo,
-                masked,
-                SLIDING_WINDOW > 0,
-                TILE_SIZE,
-                BLOCK_SIZE,
-            )
-        for i in range(lo, hi):
-            j = _loop_tile(i, lo, full_hi, tile_lo, masked, SLIDING_WINDOW > 0)
+            next_block = _loop_block(block_table_row, lo, hi, TILE_SIZE, BLOCK_SIZE)
+        for j in range(lo, hi):
             if RUN == TILE_SIZE:
                 block = next_block
                 next_block = _loop_block(
-                    block_table_row,
-                    i + 1,
-                    lo,
-                    hi,
-                    full_hi,
-                    tile_lo,
-                    masked,
-                    SLIDING_WINDOW > 0,
-                    TILE_SIZE,
-                    BLOCK_SIZE,
+                    block_table_row, j + 1, hi, TILE_SIZE, BLOCK_SIZE
                 )
             else:
                 block = None
@@ -1227,20 +1197,20 @@ def kernel_int8_split_kv_verify(
                 BLOCK_SIZE,
                 TILE_SIZE,
                 RUN,
-                masked,
+                loop > 0,
                 True,
                 block,
             )
             S = tl.dot(K, q_hi, out_dtype=tl.int32) * 254
             S = tl.dot(K, q_lo, acc=S, out_dtype=tl.int32).to(tl.float32)
             S = S * (k_scale * qk_unit)[:, None]
-            if masked:
+            if loop > 0:
                 kv_pos = j * TILE_SIZE + tl.arange(0, TILE_SIZE)
                 S = tl.where(
                     _kv_mask(
                         kv_pos[:, None],
-                        q_pos[None, :],
-                        kv_limit[None, :],
+                        kv_lo[None, :],
+                        kv_hi[None, :],
                         SLIDING_WINDOW,
                     ),
                     S,

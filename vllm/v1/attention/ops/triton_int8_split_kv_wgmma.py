@@ -92,6 +92,21 @@ def _widen(x):
     )
 
 
+@gluon.jit
+def _opaque(x):
+    # x, through a move the compiler cannot see into: what is derived from
+    # it is computed where it is used, not carried from an equal value
+    # computed earlier.
+    return gl.inline_asm_elementwise(
+        asm="mov.b32 $0, $1;",
+        constraints="=r,r",
+        args=[x],
+        dtype=gl.int32,
+        is_pure=True,
+        pack=1,
+    )
+
+
 def _rescale_asm(pack: int) -> tuple[str, str]:
     # PTX and constraints of one _rescale_if_moved block of `pack`
     # accumulator elements: outputs, then the elements, their rows' factors
@@ -682,7 +697,9 @@ def _consumer(
             h = gl.where(h == VH_STAGES - 1, 0, h + 1)
             i += 1
 
-    rows = my_row0 + gl.arange(0, ROWS, layout=row_o)
+    # The rows' query tokens equal q_pos's, but carrying them across the KV
+    # loop at the consumers' register cap spilled them: recompute.
+    rows = my_row0 + _opaque(gl.arange(0, ROWS, layout=row_o))
     q_tok = rows // NUM_QUERIES_PER_KV
     q_head = kv_head_idx * NUM_QUERIES_PER_KV + rows % NUM_QUERIES_PER_KV
     row_mask = q_tok < q_len
