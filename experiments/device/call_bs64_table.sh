@@ -10,4 +10,4 @@ bash .carry/vllm026/overlay.sh dist/patches/v0.26.0 >/dev/null
 export PYTHONUNBUFFERED=1
 timeout ${BENCH_LIMIT:-360} python3 benchmarks/kernels/benchmark_int8_kv_attention.py --quick --no-errors \
   --block-sizes ${BLOCKS:-16 64} --query-lens ${QLENS:-4 6 8 12 16} --tag bs64 --output-dir $OUT > $OUT/bench_bs64.txt 2>&1
-echo "bench rc=$?"; grep -v -i warn $OUT/bench_bs64.txt | tail -45
+echo "bench rc=$?"; grep -v -i warn $OUT/bench_bs64.txt | grep -v "^{\|^\[" | tail -60
