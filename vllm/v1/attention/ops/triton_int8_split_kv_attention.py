@@ -925,8 +925,8 @@ def kernel_int8_split_kv_attention(
     for loop in tl.static_range(3 if SLIDING_WINDOW > 0 else 2):
         lo, hi = _loop_bounds(tile_lo, full_lo, full_hi, tile_hi, loop)
         if loop > 0:
-            # Per masked loop, not once before the loops: kept live across
-            # the unmasked loop, the ranges cost registers there.
+            # The masked loops' key ranges (computed once before all loops
+            # instead, the kernels compile with the same spills).
             kv_lo, kv_hi = _kv_range(q_pos, causal, seq_len, SLIDING_WINDOW)
         for j in range(lo, hi):
             K, V, k_scale, v_scale = _load_tile(
